@@ -1,0 +1,6 @@
+"""Renderers from the loop-nest IR to source code."""
+
+from .c_base import CStyleRenderer
+from .cpu import CpuRenderer
+
+__all__ = ["CStyleRenderer", "CpuRenderer"]

@@ -1,0 +1,146 @@
+"""The shared C-style renderer: statements and scalar expressions of the loop-nest IR.
+
+Backends subclass it and override only what differs (prelude, qualifiers, loop pragmas, vectors).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.nodes import Allocate, Buffer, For, IfThen, Load, PrimFunc, Seq, Stmt, Store, VStore
+from ..te.expr import (
+    FLOAT_DTYPES,
+    Binary,
+    Call,
+    Cast,
+    Compare,
+    Expr,
+    FloatImm,
+    IntImm,
+    Not,
+    Select,
+    Var,
+)
+
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "int"}
+_INT_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
+_FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_CMP_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+
+
+class CStyleRenderer:
+    """Renders a PrimFunc as C-family source. Integer division assumes non-negative operands."""
+
+    restrict = "__restrict__"
+    indent_unit = "  "
+
+    # --- pieces a backend overrides ---------------------------------------------------------
+    def prelude(self) -> str:
+        return ""
+
+    def kernel_signature(self, f: PrimFunc) -> str:
+        return f"void {f.name}(void** args)"
+
+    def unpack_args(self, f: PrimFunc) -> list[str]:
+        return [
+            f"{C_TYPES[b.dtype]}* {self.restrict} {b.name} = ({C_TYPES[b.dtype]}*)args[{i}];"
+            for i, b in enumerate(f.args)
+        ]
+
+    def loop_pragma(self, s: For) -> str | None:
+        return None
+
+    def local_decl(self, b: Buffer) -> str:
+        return f"{C_TYPES[b.dtype]} {b.name}[{b.size}];"
+
+    def heap_alloc(self, b: Buffer) -> tuple[str, str]:
+        t = C_TYPES[b.dtype]
+        return (f"{t}* {self.restrict} {b.name} = ({t}*)malloc(sizeof({t}) * {b.size});", f"free({b.name});")
+
+    def vector_expr(self, e: Expr) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector {type(e).__name__}")
+
+    def vector_store(self, s: VStore) -> str:
+        raise NotImplementedError(f"{type(self).__name__} renders no vector stores")
+
+    # --- functions and statements --------------------------------------------------------------
+    def render(self, f: PrimFunc) -> str:
+        lines = [self.prelude(), self.kernel_signature(f) + " {"]
+        lines += [self.indent_unit + line for line in self.unpack_args(f)]
+        lines += self.stmt(f.body, 1)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def stmt(self, s: Stmt, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        if isinstance(s, Seq):
+            return [line for c in s.stmts for line in self.stmt(c, depth)]
+        if isinstance(s, For):
+            v = s.var.name
+            head = [pad + p for p in [self.loop_pragma(s)] if p]
+            head.append(f"{pad}for (int {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            return head + self.stmt(s.body, depth + 1) + [pad + "}"]
+        if isinstance(s, IfThen):
+            return [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.body, depth + 1) + [pad + "}"]
+        if isinstance(s, Allocate):
+            if s.buffer.scope == "local":
+                return [pad + "{", pad + self.indent_unit + self.local_decl(s.buffer)] + self.stmt(
+                    s.body, depth + 1
+                ) + [pad + "}"]
+            alloc, release = self.heap_alloc(s.buffer)
+            return [pad + "{", pad + self.indent_unit + alloc] + self.stmt(s.body, depth + 1) + [
+                pad + self.indent_unit + release,
+                pad + "}",
+            ]
+        if isinstance(s, Store):
+            return [f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+        if isinstance(s, VStore):
+            return [pad + self.vector_store(s)]
+        raise TypeError(f"cannot render {type(s).__name__}")
+
+    # --- expressions ------------------------------------------------------------------------------
+    def float_literal(self, value: float, dtype: str) -> str:
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "-INFINITY"
+        text = repr(float(value))
+        return text + "f" if dtype == "float32" else text
+
+    def call(self, name: str, args: list[str], dtype: str) -> str:
+        suffix = "f" if dtype == "float32" else ""
+        one = "1.0f" if dtype == "float32" else "1.0"
+        if name == "rsqrt":
+            return f"({one} / sqrt{suffix}({args[0]}))"
+        if name == "sigmoid":
+            return f"({one} / ({one} + exp{suffix}(-({args[0]}))))"
+        return f"{name}{suffix}({', '.join(args)})"
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, IntImm):
+            return str(e.value)
+        if isinstance(e, FloatImm):
+            return self.float_literal(e.value, e.dtype)
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Load):
+            return f"{e.buffer.name}[{self.expr(e.index)}]"
+        if isinstance(e, Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.dtype in FLOAT_DTYPES:
+                if e.op in _FLOAT_OPS:
+                    return f"({a} {_FLOAT_OPS[e.op]} {b})"
+                fn = {"max": "fmax", "min": "fmin", "pow": "pow"}[e.op]
+                return self.call(fn, [a, b], e.dtype)
+            if e.op in _INT_OPS:
+                return f"({a} {_INT_OPS[e.op]} {b})"
+            return f"(({a}) {'>' if e.op == 'max' else '<'} ({b}) ? ({a}) : ({b}))"
+        if isinstance(e, Compare):
+            return f"({self.expr(e.a)} {_CMP_OPS[e.op]} {self.expr(e.b)})"
+        if isinstance(e, Not):
+            return f"(!{self.expr(e.a)})"
+        if isinstance(e, Call):
+            return self.call(e.name, [self.expr(a) for a in e.args], e.dtype)
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, Cast):
+            return f"(({C_TYPES[e.dtype]}){self.expr(e.value)})"
+        return self.vector_expr(e)

@@ -1,0 +1,264 @@
+"""Lowering: (tensor expressions, schedule) -> loop-nest IR, with bound inference for compute_at."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..schedule.state import Fuse, Loop, Schedule, ScheduleError, Split, Stage
+from ..te.expr import (
+    Binary,
+    Expr,
+    IntImm,
+    Reduce,
+    TensorRead,
+    Var,
+    all_of,
+    children,
+    free_vars,
+    rebuild,
+    substitute,
+    walk,
+)
+from ..te.tensor import Tensor, reduce_identity
+from .nodes import Allocate, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
+from .simplify import expr_key, linear, simplify
+
+_ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+
+
+@dataclass
+class Placed:
+    """Where a tensor lives while a consumer reads it: its buffer and the region origin."""
+
+    buffer: Buffer
+    origin: list[Expr] | None = None  # per-dim start of the region held (None: whole tensor)
+
+
+def _cname(text: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z_]", "_", text)
+
+
+def flat_index(shape: tuple[int, ...], idx: list[Expr]) -> Expr:
+    out: Expr = idx[0]
+    for s, i in zip(shape[1:], idx[1:]):
+        out = Binary("add", Binary("mul", out, IntImm(s)), i)
+    return out
+
+
+class _Lowerer:
+    def __init__(self, sch: Schedule, args: list[Tensor]) -> None:
+        self.sch = sch
+        self.placed: dict[Tensor, Placed] = {}
+        self.arg_buffers = []
+        for t in args:
+            buf = Buffer(_cname(t.name), t.dtype, t.shape, "arg")
+            self.arg_buffers.append(buf)
+            self.placed[t] = Placed(buf)
+        self.attached: dict[Loop, list[Stage]] = {}
+        for st in sch.stages:
+            if st.attach is not None:
+                self.attached.setdefault(st.attach[1], []).append(st)
+
+    # --- entry ------------------------------------------------------------------------------
+    def run(self, name: str) -> PrimFunc:
+        arg_names = {b.name for b in self.arg_buffers}
+        body: list[Stmt] = []
+        heap: list[Buffer] = []
+        for st in self.sch.stages:
+            if st.inlined or st.attach is not None:
+                continue
+            if st.tensor not in self.placed:
+                if st.scope == "local":
+                    raise ScheduleError(f"local stage {st.name} must be computed at a consumer loop")
+                buf = Buffer(_cname(st.name), st.tensor.dtype, st.tensor.shape, "global")
+                if buf.name in arg_names:
+                    raise ScheduleError(f"buffer name clash: {buf.name}")
+                heap.append(buf)
+                self.placed[st.tensor] = Placed(buf)
+            region = [(IntImm(0), ext) for ext in st.tensor.shape]
+            body.append(self.emit_stage(st, region))
+        stmt = seq(*body)
+        for buf in reversed(heap):
+            stmt = Allocate(buf, stmt)
+        return PrimFunc(_cname(name), self.arg_buffers, stmt)
+
+    # --- one stage ----------------------------------------------------------------------------
+    def emit_stage(self, st: Stage, region: list[tuple[Expr, int]]) -> Stmt:
+        root_ext: dict[Loop, int] = {}
+        n_sp = len(st.axes)
+        for i, lp in enumerate(st.root_loops):
+            root_ext[lp] = region[i][1] if i < n_sp else st.reduce_axes[i - n_sp].extent
+        ext = dict(root_ext)
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                pe = ext[rel.parent]
+                if rel.factor is not None:
+                    ext[rel.inner] = min(rel.factor, pe)
+                    ext[rel.outer] = -(-pe // ext[rel.inner])
+                else:
+                    ext[rel.outer] = min(rel.nparts, pe)
+                    ext[rel.inner] = -(-pe // ext[rel.outer])
+            else:
+                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+        lvar = {lp: Var(_cname(f"{st.name}_{lp.name}")) for lp in st.leaf_loops}
+        value: dict[Loop, Expr] = dict(lvar)
+        guards: list[tuple[Expr, bool]] = []  # (condition, involves reduction)
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                value[rel.parent] = value[rel.outer] * ext[rel.inner] + value[rel.inner]
+                if ext[rel.outer] * ext[rel.inner] != ext[rel.parent]:
+                    guards.append((value[rel.parent] < ext[rel.parent], rel.parent.kind == "reduce"))
+            elif isinstance(rel, Fuse):
+                value[rel.outer] = Binary("floordiv", value[rel.fused], IntImm(ext[rel.inner]))
+                value[rel.inner] = Binary("mod", value[rel.fused], IntImm(ext[rel.inner]))
+        axis_value: dict[Var, Expr] = {}
+        for i, (ax, lp) in enumerate(zip(st.root_axes, st.root_loops)):
+            if i < n_sp:
+                v = region[i][0] + value[lp]
+                if region[i][1] != st.tensor.shape[i] or not isinstance(region[i][0], IntImm):
+                    guards.append((all_of(v >= 0, v < st.tensor.shape[i]), False))
+                axis_value[ax.var] = v
+            else:
+                axis_value[ax.var] = value[lp]
+
+        regions = {
+            att: self.place_attached(att, st, lp, axis_value, ext, lvar)
+            for lp in st.leaf_loops
+            for att in self.attached.get(lp, [])
+        }
+        # the stage's own output buffer
+        out = self.placed[st.tensor]
+        out_idx = self._index(st.tensor, out, [axis_value[a.var] for a in st.axes])
+        spatial_guard = [g for g, red in guards if not red]
+        all_guard = [g for g, _ in guards]
+
+        if isinstance(st.body, Reduce):
+            red = st.body
+            acc = Load(out.buffer, out_idx)
+            rhs = self.lower_expr(red.body, axis_value)
+            combined = {"sum": lambda: acc + rhs, "max": lambda: Binary("max", acc, rhs),
+                        "min": lambda: Binary("min", acc, rhs)}[red.combiner]()
+            update: Stmt = Store(out.buffer, out_idx, combined)
+            init: Stmt | None = Store(out.buffer, out_idx, reduce_identity(red.combiner, st.tensor.dtype))
+        else:
+            update = Store(out.buffer, out_idx, self.lower_expr(st.body, axis_value))
+            init = None
+        if all_guard:
+            update = IfThen(all_of(*all_guard), update)
+        if init is not None and spatial_guard:
+            init = IfThen(all_of(*spatial_guard), init)
+
+        first_reduce = next((i for i, lp in enumerate(st.leaf_loops) if lp.kind == "reduce"), None)
+        leaves = st.leaf_loops
+        for pos in range(len(leaves) - 1, -1, -1):
+            lp = leaves[pos]
+            kind = _ANNOTATION_KIND.get(st.annotations.get(lp, ""), "serial")
+            inner = update
+            for att in reversed(self.attached.get(lp, [])):
+                inner = Allocate(self.placed[att.tensor].buffer, seq(self.emit_stage(att, regions[att]), inner))
+            update = For(lvar[lp], ext[lp], inner, kind)
+            if pos == first_reduce and init is not None:
+                init_nest = init
+                for p2 in range(len(leaves) - 1, pos, -1):
+                    if leaves[p2].kind == "spatial":
+                        lp2 = leaves[p2]
+                        kind2 = _ANNOTATION_KIND.get(st.annotations.get(lp2, ""), "serial")
+                        # the init copy of a loop gets its own variable: each For binds one
+                        v2 = Var(lvar[lp2].name + "_init")
+                        init_nest = For(v2, ext[lp2], _rename(init_nest, lvar[lp2], v2), kind2)
+                update = seq(init_nest, update)
+        if init is not None and first_reduce is None:
+            raise ScheduleError(f"reduction stage {st.name} has no reduction loop")
+        return update
+
+    def place_attached(self, att: Stage, target: Stage, loop: Loop, target_axis_value: dict[Var, Expr],
+                       ext: dict[Loop, int], lvar: dict[Loop, Var]) -> list[tuple[Expr, int]]:
+        """Infer the region of ``att`` that ``loop`` of ``target`` needs and give it a local buffer."""
+        pos = target.leaf_loops.index(loop)
+        inner_ranges = {lvar[lp]: (0, ext[lp] - 1) for lp in target.leaf_loops[pos + 1 :]}
+        reads = [n for n in walk(target.body) if isinstance(n, TensorRead) and n.tensor is att.tensor]
+        region = infer_region(att.tensor, reads, target_axis_value, inner_ranges)
+        buf = Buffer(_cname(att.name), att.tensor.dtype, tuple(e for _, e in region), "local")
+        self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
+        return region
+
+    # --- expressions --------------------------------------------------------------------------
+    def _index(self, t: Tensor, placed: Placed, idx: list[Expr]) -> Expr:
+        if placed.origin is not None:
+            idx = [i - o for i, o in zip(idx, placed.origin)]
+        return flat_index(placed.buffer.shape, idx)
+
+    def lower_expr(self, e: Expr, axis_value: dict[Var, Expr]) -> Expr:
+        if isinstance(e, Var):
+            return axis_value.get(e, e)
+        if isinstance(e, TensorRead):
+            if e.tensor not in self.placed:
+                raise ScheduleError(f"tensor {e.tensor.name} is read before it is computed")
+            idx = [self.lower_expr(i, axis_value) for i in e.indices]
+            p = self.placed[e.tensor]
+            return Load(p.buffer, self._index(e.tensor, p, idx))
+        kids = tuple(children(e))
+        if not kids:
+            return e
+        return rebuild(e, tuple(self.lower_expr(k, axis_value) for k in kids))
+
+
+def _rename(s: Stmt, old: Var, new: Var) -> Stmt:
+    from .passes import map_exprs
+
+    return map_exprs(s, lambda e: substitute(e, {old: new}))
+
+
+def infer_region(tensor: Tensor, reads: list[TensorRead], axis_value: dict[Var, Expr],
+                 inner_ranges: dict[Var, tuple[int, int]]) -> list[tuple[Expr, int]]:
+    """Per dim of ``tensor``: (start, extent) of the elements ``reads`` touch while the loops in
+    ``inner_ranges`` run; start is symbolic in the outer loops, extent is constant. Dims that
+    cannot be bounded that way fall back to the whole dimension."""
+    region: list[tuple[Expr, int]] = []
+    for d, size in enumerate(tensor.shape):
+        los: list[tuple[tuple, Expr, int, int]] = []
+        ok = True
+        for r in reads:
+            idx = substitute(r.indices[d], axis_value)
+            lin = linear(idx, {})
+            sym = type(lin)(const=lin.const)
+            lo = hi = 0
+            for key, (atom, c) in lin.terms.items():
+                if not (free_vars(atom) & inner_ranges.keys()):
+                    sym.terms[key] = (atom, c)
+                elif isinstance(atom, Var):
+                    span = c * inner_ranges[atom][1]
+                    lo += min(0, span)
+                    hi += max(0, span)
+                else:
+                    ok = False
+            if not ok:
+                break
+            los.append((expr_key(simplify(type(lin)(sym.terms).to_expr())), sym.to_expr(), sym.const + lo,
+                        sym.const + hi))
+        if not ok or not los or len({k for k, *_ in los}) != 1:
+            region.append((IntImm(0), size))
+            continue
+        lo = min(x[2] for x in los)
+        hi = max(x[3] for x in los)
+        extent = hi - lo + 1
+        if extent >= size:
+            region.append((IntImm(0), size))
+            continue
+        base = simplify(los[0][1] - IntImm(los[0][2] - lo) if los[0][2] != lo else los[0][1])
+        region.append((base, extent))
+    return region
+
+
+def lower(sch: Schedule, args: list[Tensor], name: str = "kernel", simplify_ir: bool = True) -> PrimFunc:
+    """Lower a schedule to a PrimFunc whose arguments are ``args`` (inputs then outputs)."""
+    for t in sch.outputs:
+        if t not in args:
+            raise ScheduleError(f"output {t.name} is not a kernel argument")
+    func = _Lowerer(sch, args).run(name)
+    if simplify_ir:
+        from .passes import simplify_func
+
+        func = simplify_func(func)
+    return func

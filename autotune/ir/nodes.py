@@ -1,0 +1,163 @@
+"""Loop-nest IR: flat buffers, loads, stores, loops, guards and vector forms.
+
+Expressions reuse the te nodes (autotune.te.expr); this module adds the memory-level ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..te.expr import Expr, Var
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A flat array. ``scope`` is "arg" (kernel argument), "global" (kernel-owned heap) or "local"."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    scope: str = "arg"
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Load(Expr):
+    """Scalar read of ``buffer[index]``."""
+
+    __slots__ = ("buffer", "index", "dtype")
+
+    def __init__(self, buffer: Buffer, index: Expr) -> None:
+        self.buffer, self.index, self.dtype = buffer, index, buffer.dtype
+
+    def __repr__(self) -> str:
+        return f"{self.buffer.name}[{self.index!r}]"
+
+
+class VLoad(Expr):
+    """Contiguous vector read of ``lanes`` elements starting at ``buffer[base]``."""
+
+    __slots__ = ("buffer", "base", "lanes", "dtype")
+
+    def __init__(self, buffer: Buffer, base: Expr, lanes: int) -> None:
+        self.buffer, self.base, self.lanes, self.dtype = buffer, base, lanes, buffer.dtype
+
+    def __repr__(self) -> str:
+        return f"{self.buffer.name}[{self.base!r} : +{self.lanes}]"
+
+
+class Broadcast(Expr):
+    __slots__ = ("value", "lanes", "dtype")
+
+    def __init__(self, value: Expr, lanes: int) -> None:
+        self.value, self.lanes, self.dtype = value, lanes, value.dtype
+
+    def __repr__(self) -> str:
+        return f"x{self.lanes}({self.value!r})"
+
+
+class VBinary(Expr):
+    """Lane-wise arithmetic on vectors (add sub mul div max min)."""
+
+    __slots__ = ("op", "a", "b", "lanes", "dtype")
+
+    def __init__(self, op: str, a: Expr, b: Expr, lanes: int) -> None:
+        self.op, self.a, self.b, self.lanes, self.dtype = op, a, b, lanes, a.dtype
+
+    def __repr__(self) -> str:
+        return f"v{self.op}({self.a!r}, {self.b!r})"
+
+
+class Gather(Expr):
+    """A vector assembled from scalar expressions, one a lane."""
+
+    __slots__ = ("elems", "lanes", "dtype")
+
+    def __init__(self, elems: tuple[Expr, ...]) -> None:
+        self.elems, self.lanes, self.dtype = elems, len(elems), elems[0].dtype
+
+    def __repr__(self) -> str:
+        return f"gather({', '.join(map(repr, self.elems))})"
+
+
+class Stmt:
+    """Base class of statements."""
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class VStore(Stmt):
+    buffer: Buffer
+    base: Expr
+    value: Expr
+    lanes: int
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """A loop ``var`` over ``[0, extent)``; kind: serial, parallel, vectorize, unroll."""
+
+    var: Var
+    extent: int
+    body: Stmt
+    kind: str = "serial"
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    stmts: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class IfThen(Stmt):
+    cond: Expr
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    """A buffer that lives for ``body`` (a stack array when local, heap when global)."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    """A statement sequence with nested sequences flattened and empty parts dropped."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(flat)
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A lowered kernel: its arguments (buffers in order) and body."""
+
+    name: str
+    args: list[Buffer]
+    body: Stmt
+
+    def __str__(self) -> str:
+        from .printer import format_func
+
+        return format_func(self)

@@ -1,0 +1,267 @@
+"""IR passes: simplification with loop ranges, explicit unrolling, vectorization, checks."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..te.expr import (
+    FLOAT_DTYPES,
+    Binary,
+    Expr,
+    FloatImm,
+    IntImm,
+    Var,
+    children,
+    free_vars,
+    substitute,
+    walk,
+)
+from ..schedule.state import ScheduleError
+from .nodes import (
+    Allocate,
+    Broadcast,
+    For,
+    Gather,
+    IfThen,
+    Load,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    VBinary,
+    VLoad,
+    VStore,
+    seq,
+)
+from .simplify import Ranges, linear, simplify
+
+
+def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
+    """A copy of ``s`` with ``fn`` applied to every top-level expression."""
+    if isinstance(s, Seq):
+        return Seq([map_exprs(c, fn) for c in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, map_exprs(s.body, fn), s.kind)
+    if isinstance(s, IfThen):
+        return IfThen(fn(s.cond), map_exprs(s.body, fn))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, map_exprs(s.body, fn))
+    if isinstance(s, Store):
+        return Store(s.buffer, fn(s.index), fn(s.value))
+    if isinstance(s, VStore):
+        return VStore(s.buffer, fn(s.base), fn(s.value), s.lanes)
+    raise TypeError(type(s).__name__)
+
+
+# --- simplification ---------------------------------------------------------------------------
+def simplify_stmt(s: Stmt, ranges: Ranges | None = None) -> Stmt | None:
+    """Simplify expressions, drop guards that always hold and code that never runs."""
+    ranges = dict(ranges or {})
+    if isinstance(s, Seq):
+        parts = [simplify_stmt(c, ranges) for c in s.stmts]
+        kept = [p for p in parts if p is not None]
+        return seq(*kept) if kept else None
+    if isinstance(s, For):
+        if s.extent == 1:
+            body = simplify_stmt(substitute_stmt(s.body, {s.var: IntImm(0)}), ranges)
+            if body is not None and s.kind == "parallel":
+                return body
+            return body
+        inner = dict(ranges)
+        inner[s.var] = (0, s.extent - 1)
+        body = simplify_stmt(s.body, inner)
+        return None if body is None else For(s.var, s.extent, body, s.kind)
+    if isinstance(s, IfThen):
+        cond = simplify(s.cond, ranges)
+        if isinstance(cond, IntImm):
+            return simplify_stmt(s.body, ranges) if cond.value else None
+        body = simplify_stmt(s.body, ranges)
+        return None if body is None else IfThen(cond, body)
+    if isinstance(s, Allocate):
+        body = simplify_stmt(s.body, ranges)
+        return None if body is None else Allocate(s.buffer, body)
+    if isinstance(s, Store):
+        return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
+    if isinstance(s, VStore):
+        return VStore(s.buffer, simplify(s.base, ranges), simplify(s.value, ranges), s.lanes)
+    raise TypeError(type(s).__name__)
+
+
+def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    return map_exprs(s, lambda e: _subst_deep(e, mapping))
+
+
+def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    """substitute() that also reaches into loads and vector nodes."""
+    if isinstance(e, Var):
+        return mapping.get(e, e)
+    if isinstance(e, Load):
+        return Load(e.buffer, _subst_deep(e.index, mapping))
+    if isinstance(e, VLoad):
+        return VLoad(e.buffer, _subst_deep(e.base, mapping), e.lanes)
+    if isinstance(e, Broadcast):
+        return Broadcast(_subst_deep(e.value, mapping), e.lanes)
+    if isinstance(e, VBinary):
+        return VBinary(e.op, _subst_deep(e.a, mapping), _subst_deep(e.b, mapping), e.lanes)
+    if isinstance(e, Gather):
+        return Gather(tuple(_subst_deep(x, mapping) for x in e.elems))
+    return substitute(e, mapping) if not _has_ir_nodes(e) else _rebuild_deep(e, mapping)
+
+
+def _has_ir_nodes(e: Expr) -> bool:
+    return any(isinstance(n, (Load, VLoad, Broadcast, VBinary, Gather)) for n in _walk_deep(e))
+
+
+def _walk_deep(e: Expr):  # noqa: ANN202
+    yield e
+    if isinstance(e, Load):
+        yield from _walk_deep(e.index)
+    elif isinstance(e, VLoad):
+        yield from _walk_deep(e.base)
+    elif isinstance(e, Broadcast):
+        yield from _walk_deep(e.value)
+    elif isinstance(e, VBinary):
+        yield from _walk_deep(e.a)
+        yield from _walk_deep(e.b)
+    elif isinstance(e, Gather):
+        for x in e.elems:
+            yield from _walk_deep(x)
+    else:
+        for c in children(e):
+            yield from _walk_deep(c)
+
+
+def _rebuild_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    from ..te.expr import rebuild
+
+    kids = tuple(children(e))
+    return rebuild(e, tuple(_subst_deep(k, mapping) for k in kids)) if kids else e
+
+
+def simplify_func(f: PrimFunc) -> PrimFunc:
+    body = simplify_stmt(f.body)
+    return PrimFunc(f.name, f.args, body if body is not None else Seq([]))
+
+
+# --- unrolling --------------------------------------------------------------------------------
+def unroll_loops(s: Stmt, max_extent: int = 64) -> Stmt:
+    """Replace loops marked ``unroll`` (extent <= max_extent) by copies of their body."""
+    if isinstance(s, Seq):
+        return Seq([unroll_loops(c, max_extent) for c in s.stmts])
+    if isinstance(s, For):
+        body = unroll_loops(s.body, max_extent)
+        if s.kind == "unroll" and s.extent <= max_extent:
+            return seq(*[substitute_stmt(body, {s.var: IntImm(i)}) for i in range(s.extent)])
+        return For(s.var, s.extent, body, s.kind)
+    if isinstance(s, IfThen):
+        return IfThen(s.cond, unroll_loops(s.body, max_extent))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, unroll_loops(s.body, max_extent))
+    return s
+
+
+# --- vectorization ----------------------------------------------------------------------------
+class _NotVectorizable(Exception):
+    pass
+
+
+def _coeff(index: Expr, var: Var) -> tuple[int | None, Expr]:
+    """(coefficient of var, rest) when index is linear in var, else (None, index)."""
+    lin = linear(index, {})
+    coeff = 0
+    rest = type(lin)(const=lin.const)
+    for key, (atom, c) in lin.terms.items():
+        if atom is var:
+            coeff = c
+        elif var in free_vars_deep(atom):
+            return None, index
+        else:
+            rest.terms[key] = (atom, c)
+    return coeff, rest.to_expr()
+
+
+def free_vars_deep(e: Expr) -> set[Var]:
+    return {n for n in _walk_deep(e) if isinstance(n, Var)}
+
+
+def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
+    """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant)."""
+    if var not in free_vars_deep(e):
+        return substitute(e, {}) if False else e
+    if isinstance(e, Load):
+        coeff, rest = _coeff(e.index, var)
+        if coeff == 1:
+            return VLoad(e.buffer, simplify(rest + base), lanes)
+        lane_loads = tuple(
+            Load(e.buffer, simplify(_subst_deep(e.index, {var: base + IntImm(i)}))) for i in range(lanes)
+        )
+        if coeff is None and any(var in free_vars_deep(x.index) for x in lane_loads):
+            raise _NotVectorizable("load index")
+        return Gather(lane_loads)
+    if isinstance(e, Binary) and e.dtype in FLOAT_DTYPES and e.op in ("add", "sub", "mul", "div", "max", "min"):
+        a = _vec_expr(e.a, var, base, lanes)
+        b = _vec_expr(e.b, var, base, lanes)
+        a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
+        b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
+        return VBinary(e.op, a, b, lanes)
+    raise _NotVectorizable(type(e).__name__)
+
+
+def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
+    """Turn ``vectorize`` loops into vector stores when the body allows; else keep a loop marked
+    ``simd`` for the compiler's own vectorizer."""
+    if isinstance(s, Seq):
+        return Seq([vectorize_loops(c, lanes) for c in s.stmts])
+    if isinstance(s, IfThen):
+        return IfThen(s.cond, vectorize_loops(s.body, lanes))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, vectorize_loops(s.body, lanes))
+    if not isinstance(s, For):
+        return s
+    if s.kind != "vectorize":
+        return For(s.var, s.extent, vectorize_loops(s.body, lanes), s.kind)
+    stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
+    if s.extent % lanes or not all(isinstance(x, Store) for x in stores):
+        return For(s.var, s.extent, s.body, "simd")
+    chunks = []
+    try:
+        for c in range(s.extent // lanes):
+            base = IntImm(c * lanes)
+            for st in stores:
+                coeff, rest = _coeff(st.index, s.var)
+                if coeff != 1:
+                    raise _NotVectorizable("store stride")
+                value = _vec_expr(st.value, s.var, base, lanes)
+                if getattr(value, "lanes", 1) == 1:
+                    value = Broadcast(value, lanes)
+                chunks.append(VStore(st.buffer, simplify(rest + base), value, lanes))
+    except _NotVectorizable:
+        return For(s.var, s.extent, s.body, "simd")
+    return seq(*chunks)
+
+
+# --- checks -----------------------------------------------------------------------------------
+def check_parallel(s: Stmt, inside: bool = False) -> None:
+    """Raise ScheduleError on a parallel loop nested inside another."""
+    if isinstance(s, Seq):
+        for c in s.stmts:
+            check_parallel(c, inside)
+    elif isinstance(s, For):
+        if s.kind == "parallel" and inside:
+            raise ScheduleError("nested parallel loops")
+        check_parallel(s.body, inside or s.kind == "parallel")
+    elif isinstance(s, (IfThen, Allocate)):
+        check_parallel(s.body, inside)
+
+
+def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64) -> PrimFunc:
+    """The CPU pass pipeline after lowering."""
+    check_parallel(f.body)
+    body = unroll_loops(f.body, max_unroll)
+    body = simplify_stmt(body) or Seq([])
+    body = vectorize_loops(body, lanes)
+    body = simplify_stmt(body) or Seq([])
+    return PrimFunc(f.name, f.args, body)
+
+
+_ = (FloatImm, walk)

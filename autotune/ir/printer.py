@@ -1,0 +1,30 @@
+"""Readable loop-nest text of a lowered kernel (``print(func)``)."""
+
+from __future__ import annotations
+
+from .nodes import Allocate, For, IfThen, PrimFunc, Seq, Stmt, Store, VStore
+
+
+def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
+    pad = "  " * indent
+    if isinstance(s, Seq):
+        return [line for c in s.stmts for line in format_stmt(c, indent)]
+    if isinstance(s, For):
+        tag = "" if s.kind == "serial" else f" {s.kind}"
+        return [f"{pad}for {s.var.name} in 0..{s.extent}{tag}:"] + format_stmt(s.body, indent + 1)
+    if isinstance(s, IfThen):
+        return [f"{pad}if {s.cond!r}:"] + format_stmt(s.body, indent + 1)
+    if isinstance(s, Allocate):
+        b = s.buffer
+        head = f"{pad}allocate {b.name}[{b.size}] {b.dtype} {b.scope}"
+        return [head] + format_stmt(s.body, indent)
+    if isinstance(s, Store):
+        return [f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}"]
+    if isinstance(s, VStore):
+        return [f"{pad}{s.buffer.name}[{s.base!r} : +{s.lanes}] = {s.value!r}"]
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def format_func(f: PrimFunc) -> str:
+    args = ", ".join(f"{b.name}: {b.dtype}{list(b.shape)}" for b in f.args)
+    return "\n".join([f"kernel {f.name}({args}):"] + format_stmt(f.body, 1))

@@ -1,0 +1,25 @@
+"""Schedule primitives as replayable steps."""
+
+from .state import Schedule, ScheduleError, Stage
+from .steps import (
+    AnnotateStep,
+    CacheWriteStep,
+    ComputeAtStep,
+    ComputeInlineStep,
+    FuseStep,
+    ReorderStep,
+    SplitStep,
+    Step,
+    TileStep,
+    apply_steps,
+    parallel,
+    step_from_dict,
+    unroll,
+    vectorize,
+)
+
+__all__ = [
+    "AnnotateStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep", "FuseStep", "ReorderStep",
+    "Schedule", "ScheduleError", "SplitStep", "Stage", "Step", "TileStep", "apply_steps", "parallel",
+    "step_from_dict", "unroll", "vectorize",
+]

@@ -1,0 +1,268 @@
+"""Schedule state: one Stage per computed tensor, its loops and their relations.
+
+A schedule is built by applying step values (:mod:`autotune.schedule.steps`) to a fresh
+:class:`Schedule`; every primitive checks its preconditions and raises :class:`ScheduleError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..te.expr import Expr, IterVar, Reduce, TensorRead, rebuild, substitute
+from ..te.expr import children as expr_children
+from ..te.tensor import Tensor
+from ..te.workload import topo_order
+
+
+class ScheduleError(Exception):
+    """An illegal schedule step (the one exception every primitive raises)."""
+
+
+class Loop:
+    """A loop of a stage: a root axis or one derived from it by split / fuse."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name = name
+        self.kind = kind  # "spatial" or "reduce"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Split:
+    parent: Loop
+    outer: Loop
+    inner: Loop
+    factor: int | None  # inner extent
+    nparts: int | None  # outer extent
+
+
+@dataclass(eq=False)
+class Fuse:
+    outer: Loop
+    inner: Loop
+    fused: Loop
+
+
+class Stage:
+    """How one tensor is computed: its loops, annotations and where it is placed."""
+
+    def __init__(self, tensor: Tensor, body: Expr, axes: tuple[IterVar, ...], is_output: bool) -> None:
+        self.tensor = tensor
+        self.name = tensor.name
+        self.body = body
+        self.axes = axes
+        self.is_output = is_output
+        self.scope = "global"
+        self.root_loops: list[Loop] = [Loop(a.name, "spatial") for a in axes] + [
+            Loop(a.name, "reduce") for a in self.reduce_axes
+        ]
+        self.leaf_loops: list[Loop] = list(self.root_loops)
+        self.relations: list[Split | Fuse] = []
+        self.annotations: dict[Loop, str] = {}
+        self.inlined = False
+        self.attach: tuple[Stage, Loop] | None = None
+        self.attached_here: list[Stage] = []  # stages computed at one of this stage's loops
+
+    @property
+    def reduce_axes(self) -> tuple[IterVar, ...]:
+        return self.body.axes if isinstance(self.body, Reduce) else ()
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.body, Reduce)
+
+    @property
+    def root_axes(self) -> tuple[IterVar, ...]:
+        return tuple(self.axes) + self.reduce_axes
+
+    def loop(self, name: str) -> Loop:
+        for lp in self.leaf_loops:
+            if lp.name == name:
+                return lp
+        raise ScheduleError(f"stage {self.name} has no loop {name!r} (loops: {self.leaf_loops})")
+
+    def reads(self) -> list[Tensor]:
+        from ..te.expr import walk
+
+        out: list[Tensor] = []
+        for node in walk(self.body):
+            if isinstance(node, TensorRead) and node.tensor not in out:
+                out.append(node.tensor)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name}, loops={self.leaf_loops})"
+
+
+class Schedule:
+    """The stages of a workload's outputs, in producer-before-consumer order."""
+
+    def __init__(self, outputs: list[Tensor]) -> None:
+        self.outputs = list(outputs)
+        self.stages: list[Stage] = []
+        names: set[str] = set()
+        for t in topo_order(outputs):
+            if t.name in names:
+                raise ScheduleError(f"two tensors are named {t.name!r}; stage names must be unique")
+            names.add(t.name)
+            if not t.is_placeholder:
+                self.stages.append(Stage(t, t.body, t.axes, t in self.outputs))
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise ScheduleError(f"no stage {name!r} (stages: {[s.name for s in self.stages]})")
+
+    def consumers(self, stage: Stage) -> list[Stage]:
+        return [s for s in self.stages if not s.inlined and stage.tensor in s.reads()]
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.stages})"
+
+
+# --- primitives -----------------------------------------------------------------------------------
+def _check_leaf(stage: Stage, loop: Loop) -> int:
+    if loop not in stage.leaf_loops:
+        raise ScheduleError(f"{loop} is not a current loop of stage {stage.name}")
+    return stage.leaf_loops.index(loop)
+
+
+def split(stage: Stage, loop: Loop, factor: int | None = None, nparts: int | None = None) -> tuple[Loop, Loop]:
+    """Split ``loop`` into (outer, inner) by inner ``factor`` or by outer ``nparts``."""
+    if (factor is None) == (nparts is None):
+        raise ScheduleError("split takes exactly one of factor and nparts")
+    value = factor if factor is not None else nparts
+    if not isinstance(value, int) or value < 1:
+        raise ScheduleError(f"split factor must be a positive integer, got {value!r}")
+    pos = _check_leaf(stage, loop)
+    if loop in stage.annotations:
+        raise ScheduleError(f"cannot split annotated loop {loop}")
+    outer, inner = Loop(loop.name + ".0", loop.kind), Loop(loop.name + ".1", loop.kind)
+    stage.relations.append(Split(loop, outer, inner, factor, nparts))
+    _move_attachments(stage, [loop], inner)
+    stage.leaf_loops[pos : pos + 1] = [outer, inner]
+    return outer, inner
+
+
+def fuse(stage: Stage, loops: list[Loop]) -> Loop:
+    """Fuse consecutive loops into one."""
+    if len(loops) < 2:
+        raise ScheduleError("fuse needs at least two loops")
+    positions = [_check_leaf(stage, lp) for lp in loops]
+    if positions != list(range(positions[0], positions[0] + len(loops))):
+        raise ScheduleError(f"fuse needs adjacent loops in order, got {loops}")
+    if len({lp.kind for lp in loops}) != 1:
+        raise ScheduleError("cannot fuse a spatial loop with a reduction loop")
+    if any(lp in stage.annotations for lp in loops):
+        raise ScheduleError("cannot fuse annotated loops")
+    fused = loops[0]
+    for lp in loops[1:]:
+        new = Loop(f"{fused.name}@{lp.name}", lp.kind)
+        stage.relations.append(Fuse(fused, lp, new))
+        fused = new
+    stage.leaf_loops[positions[0] : positions[-1] + 1] = [fused]
+    _move_attachments(stage, loops, fused)
+    return fused
+
+
+def _move_attachments(stage: Stage, old: list[Loop], new: Loop) -> None:
+    """Stages computed inside a loop that is split or fused follow the loop that now holds that body."""
+    for other in stage.attached_here:
+        if other.attach is not None and other.attach[1] in old:
+            other.attach = (stage, new)
+
+
+def reorder(stage: Stage, loops: list[Loop]) -> None:
+    """Put the given loops in this order, keeping the other loops where they are."""
+    positions = sorted(_check_leaf(stage, lp) for lp in loops)
+    if len(set(loops)) != len(loops):
+        raise ScheduleError("reorder names a loop twice")
+    for pos, lp in zip(positions, loops):
+        stage.leaf_loops[pos] = lp
+
+
+def annotate(stage: Stage, loop: Loop, kind: str) -> None:
+    """Mark a loop parallel / vectorize / unroll."""
+    if kind not in ("parallel", "vectorize", "unroll"):
+        raise ScheduleError(f"unknown annotation {kind!r}")
+    _check_leaf(stage, loop)
+    if loop in stage.annotations:
+        raise ScheduleError(f"loop {loop} is already annotated {stage.annotations[loop]}")
+    if kind in ("parallel", "vectorize") and loop.kind == "reduce":
+        raise ScheduleError(f"cannot {kind} reduction loop {loop}")
+    if kind == "vectorize" and stage.leaf_loops[-1] is not loop:
+        raise ScheduleError(f"only the innermost loop can be vectorized ({loop} is not)")
+    stage.annotations[loop] = kind
+
+
+def compute_inline(sch: Schedule, stage: Stage) -> None:
+    """Substitute the stage's body into every consumer."""
+    if stage.is_reduction:
+        raise ScheduleError(f"cannot inline reduction {stage.name}")
+    if stage.is_output:
+        raise ScheduleError(f"cannot inline output {stage.name}")
+    if stage.attach is not None or stage.inlined:
+        raise ScheduleError(f"stage {stage.name} is already placed")
+    if any(s.attach is not None and s.attach[0] is stage for s in sch.stages):
+        raise ScheduleError(f"stage {stage.name} has stages attached to it")
+    for cons in sch.stages:
+        if cons is not stage and not cons.inlined:
+            cons.body = _inline_into(cons.body, stage)
+    stage.inlined = True
+
+
+def _inline_into(e: Expr, stage: Stage) -> Expr:
+    kids = tuple(expr_children(e))
+    new = tuple(_inline_into(k, stage) for k in kids)
+    if isinstance(e, TensorRead) and e.tensor is stage.tensor:
+        return substitute(stage.body, {a.var: i for a, i in zip(stage.axes, new)})
+    if all(n is k for n, k in zip(new, kids)):
+        return e
+    return rebuild(e, new)
+
+
+def compute_at(sch: Schedule, stage: Stage, target: Stage, loop: Loop) -> None:
+    """Compute ``stage`` inside ``loop`` of ``target``, just the region target needs there."""
+    _check_leaf(target, loop)
+    if stage.is_output:
+        raise ScheduleError(f"cannot compute_at output {stage.name}")
+    if stage.inlined or stage.attach is not None:
+        raise ScheduleError(f"stage {stage.name} is already placed")
+    consumers = sch.consumers(stage)
+    if consumers != [target]:
+        raise ScheduleError(
+            f"compute_at needs {target.name} to be the only consumer of {stage.name}, "
+            f"consumers are {[c.name for c in consumers]}"
+        )
+    if target.inlined:
+        raise ScheduleError(f"cannot attach to inlined stage {target.name}")
+    stage.attach = (target, loop)
+    target.attached_here.append(stage)
+
+
+def cache_write(sch: Schedule, stage: Stage, scope: str = "local") -> Stage:
+    """Compute the stage into a ``scope`` buffer; the stage becomes a copy out of it."""
+    if scope != "local":
+        raise ScheduleError(f"unsupported cache scope {scope!r}")
+    if stage.relations or stage.annotations or stage.attach or stage.inlined:
+        raise ScheduleError(f"cache_write must come before other steps on {stage.name}")
+    if stage.scope != "global":
+        raise ScheduleError(f"{stage.name} is already a cache")
+    name = stage.name + "_local"
+    if any(s.name == name for s in sch.stages):
+        raise ScheduleError(f"{stage.name} already has a write cache")
+    axes = tuple(IterVar(a.name, a.extent) for a in stage.axes)
+    body = substitute(stage.body, {old.var: new.var for old, new in zip(stage.axes, axes)})
+    cached = Tensor(stage.tensor.shape, stage.tensor.dtype, name, axes, body)
+    local = Stage(cached, body, axes, is_output=False)
+    local.scope = scope
+    stage.body = TensorRead(cached, [a.var for a in stage.axes])
+    stage.root_loops = [Loop(a.name, "spatial") for a in stage.axes]
+    stage.leaf_loops = list(stage.root_loops)
+    sch.stages.insert(sch.stages.index(stage), local)
+    return local

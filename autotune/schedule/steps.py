@@ -1,0 +1,174 @@
+"""Schedule steps as small frozen values: they serialise to JSON, replay and compare."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar, Sequence
+
+from ..te.tensor import Tensor
+from . import state as S
+from .state import Schedule, ScheduleError
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base of all steps; ``apply`` mutates a Schedule or raises ScheduleError."""
+
+    kind: ClassVar[str] = ""
+
+    def apply(self, sch: Schedule) -> None:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["step"] = self.kind
+        return d
+
+
+@dataclass(frozen=True)
+class SplitStep(Step):
+    stage: str
+    loop: str
+    factor: int | None = None
+    nparts: int | None = None
+    kind: ClassVar[str] = "split"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        S.split(st, st.loop(self.loop), self.factor, self.nparts)
+
+
+@dataclass(frozen=True)
+class TileStep(Step):
+    """Split two loops and reorder to (x.0, y.0, x.1, y.1)."""
+
+    stage: str
+    x: str
+    y: str
+    x_factor: int
+    y_factor: int
+    kind: ClassVar[str] = "tile"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        xo, xi = S.split(st, st.loop(self.x), self.x_factor)
+        yo, yi = S.split(st, st.loop(self.y), self.y_factor)
+        S.reorder(st, [xo, yo, xi, yi])
+
+
+@dataclass(frozen=True)
+class ReorderStep(Step):
+    stage: str
+    loops: tuple[str, ...]
+    kind: ClassVar[str] = "reorder"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        S.reorder(st, [st.loop(n) for n in self.loops])
+
+
+@dataclass(frozen=True)
+class FuseStep(Step):
+    stage: str
+    loops: tuple[str, ...]
+    kind: ClassVar[str] = "fuse"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        S.fuse(st, [st.loop(n) for n in self.loops])
+
+
+@dataclass(frozen=True)
+class AnnotateStep(Step):
+    """parallel / vectorize / unroll on one loop."""
+
+    stage: str
+    loop: str
+    annotation: str
+    kind: ClassVar[str] = "annotate"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        S.annotate(st, st.loop(self.loop), self.annotation)
+
+
+def parallel(stage: str, loop: str) -> AnnotateStep:
+    return AnnotateStep(stage, loop, "parallel")
+
+
+def vectorize(stage: str, loop: str) -> AnnotateStep:
+    return AnnotateStep(stage, loop, "vectorize")
+
+
+def unroll(stage: str, loop: str) -> AnnotateStep:
+    return AnnotateStep(stage, loop, "unroll")
+
+
+@dataclass(frozen=True)
+class ComputeAtStep(Step):
+    stage: str
+    target: str
+    loop: str
+    kind: ClassVar[str] = "compute_at"
+
+    def apply(self, sch: Schedule) -> None:
+        tgt = sch.stage(self.target)
+        S.compute_at(sch, sch.stage(self.stage), tgt, tgt.loop(self.loop))
+
+
+@dataclass(frozen=True)
+class ComputeInlineStep(Step):
+    stage: str
+    kind: ClassVar[str] = "compute_inline"
+
+    def apply(self, sch: Schedule) -> None:
+        S.compute_inline(sch, sch.stage(self.stage))
+
+
+@dataclass(frozen=True)
+class CacheWriteStep(Step):
+    """Compute ``stage`` into a local accumulator (named ``<stage>_local``)."""
+
+    stage: str
+    scope: str = "local"
+    kind: ClassVar[str] = "cache_write"
+
+    def apply(self, sch: Schedule) -> None:
+        S.cache_write(sch, sch.stage(self.stage), self.scope)
+
+
+STEP_TYPES: dict[str, type[Step]] = {
+    cls.kind: cls
+    for cls in (
+        SplitStep,
+        TileStep,
+        ReorderStep,
+        FuseStep,
+        AnnotateStep,
+        ComputeAtStep,
+        ComputeInlineStep,
+        CacheWriteStep,
+    )
+}
+
+
+def step_from_dict(d: dict) -> Step:
+    """Inverse of :meth:`Step.to_dict`."""
+    d = dict(d)
+    cls = STEP_TYPES.get(d.pop("step", None))
+    if cls is None:
+        raise ScheduleError(f"unknown step {d!r}")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in d:
+            v = d[f.name]
+            kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def apply_steps(outputs: Sequence[Tensor], steps: Sequence[Step]) -> Schedule:
+    """A fresh schedule of ``outputs`` with ``steps`` replayed in order."""
+    sch = Schedule(list(outputs))
+    for step in steps:
+        step.apply(sch)
+    return sch

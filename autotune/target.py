@@ -1,0 +1,78 @@
+"""Targets and their hardware fingerprints (the key records are stored under)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+
+_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile", "neon", "asimd")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where kernels run: ``kind`` ("cpu" or "cuda") and a fingerprint of the machine."""
+
+    kind: str
+    fingerprint: dict = field(default_factory=dict, compare=False, hash=False)
+    key: str = ""
+
+    @property
+    def vector_lanes(self) -> int:
+        """float32 lanes of the widest SIMD unit the fingerprint reports."""
+        isa = set(self.fingerprint.get("isa", ()))
+        if "avx512f" in isa:
+            return 16
+        if "avx" in isa or "avx2" in isa:
+            return 8
+        return 4
+
+    @property
+    def cores(self) -> int:
+        return int(self.fingerprint.get("cores", 1))
+
+    def describe(self) -> str:
+        fp = self.fingerprint
+        if self.kind == "cpu":
+            return f"cpu {fp.get('model', '?')} ({fp.get('cores')} cores, {'+'.join(fp.get('isa', []))})"
+        return f"{self.kind} {fp.get('name', '?')}"
+
+
+def _cpu_model_and_flags() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or "unknown", []
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name") and model in ("unknown", "", "x86_64"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return model, [f for f in _ISA_FLAGS if f in flags]
+
+
+def target_key(kind: str, fingerprint: dict) -> str:
+    blob = json.dumps({"kind": kind, **fingerprint}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def make_target(kind: str, fingerprint: dict) -> Target:
+    return Target(kind, fingerprint, target_key(kind, fingerprint))
+
+
+def cpu_target(compiler: str = "gcc") -> Target:
+    """The CPU this process runs on, with the compiler that builds for it."""
+    from .measure import compiler_version
+
+    model, isa = _cpu_model_and_flags()
+    fp = {
+        "model": model,
+        "arch": platform.machine(),
+        "isa": isa,
+        "cores": os.cpu_count() or 1,
+        "compiler": compiler_version(compiler),
+    }
+    return make_target("cpu", fp)

@@ -1,0 +1,1 @@
+"""The operator library, written in the tensor-expression language."""

@@ -1,0 +1,98 @@
+"""Named workloads: build a :class:`Workload` from an op name and a list of integers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .workload import Workload
+
+
+class WorkloadError(ValueError):
+    """An unknown op or a shape that does not fit it."""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    params: tuple[str, ...]  # names of the integers of --shape, in order
+    build: Callable[..., Workload]
+    doc: str
+    optional: dict | None = None  # trailing params with defaults
+
+    def usage(self) -> str:
+        opt = "".join(f"[,{p}={v}]" for p, v in (self.optional or {}).items())
+        return f"{self.name} ({','.join(self.params)}{opt})"
+
+
+_OPS: dict[str, OpSpec] = {}
+
+
+def register(name: str, params: Sequence[str], doc: str, optional: dict | None = None):
+    """Decorator adding a workload builder to the registry."""
+
+    def wrap(fn: Callable[..., Workload]) -> Callable[..., Workload]:
+        _OPS[name] = OpSpec(name, tuple(params), fn, doc, optional)
+        return fn
+
+    return wrap
+
+
+def op_names() -> list[str]:
+    _load_builtin()
+    return sorted(_OPS)
+
+
+def op_spec(name: str) -> OpSpec:
+    _load_builtin()
+    if name not in _OPS:
+        raise WorkloadError(f"unknown op {name!r}; valid ops: {', '.join(sorted(_OPS))}")
+    return _OPS[name]
+
+
+def parse_shape(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
+    except ValueError:
+        raise WorkloadError(f"malformed shape {text!r}: expected comma-separated integers") from None
+    if not values:
+        raise WorkloadError(f"malformed shape {text!r}: expected comma-separated integers")
+    return values
+
+
+def make_workload(name: str, shape: Sequence[int] | str) -> Workload:
+    """Build a named workload, e.g. ``make_workload("matmul", [1024, 1024, 1024])``."""
+    spec = op_spec(name)
+    values = parse_shape(shape) if isinstance(shape, str) else [int(v) for v in shape]
+    optional = spec.optional or {}
+    if not len(spec.params) <= len(values) <= len(spec.params) + len(optional):
+        raise WorkloadError(f"{name} takes --shape {spec.usage()[len(name) + 1:]}, got {len(values)} values")
+    kwargs = dict(zip(list(spec.params) + list(optional), values))
+    if any(v < 0 or (v == 0 and k != "pad") for k, v in kwargs.items()):
+        raise WorkloadError(f"{name}: every dimension must be positive (pad non-negative), got {values}")
+    for k, v in optional.items():
+        kwargs.setdefault(k, v)
+    try:
+        wl = spec.build(**kwargs)
+    except ValueError as err:
+        raise WorkloadError(f"{name}: {err}") from None
+    wl.params = kwargs
+    return wl
+
+
+def workload_from_description(desc: dict) -> Workload:
+    """Rebuild a workload from :meth:`Workload.description`."""
+    spec = op_spec(desc["op"])
+    params = desc["params"]
+    names = list(spec.params) + list(spec.optional or {})
+    return make_workload(desc["op"], [params[n] for n in names if n in params])
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from . import library  # noqa: F401 - registers the built-in workloads

@@ -1,0 +1,154 @@
+"""JSON-lines encoding of workloads, targets and measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RecordsError
+from .record import MeasurementRecord, canonical_json, check_record
+
+_MEASUREMENT_FIELDS = (
+    "workload_key",
+    "target_key",
+    "config",
+    "steps",
+    "costs",
+    "error_kind",
+    "error_msg",
+    "build_s",
+    "verified",
+    "tuner",
+    "space_version",
+    "created_at",
+)
+
+
+@dataclass
+class Batch:
+    """Parsed rows ready to be written; each item keeps its source line number."""
+
+    workloads: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    targets: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    measurements: list[tuple[int, MeasurementRecord]] = field(default_factory=list)
+
+
+def workload_line(w: Mapping[str, Any]) -> str:
+    """One ``"workload"`` line (no newline)."""
+    return canonical_json({"type": "workload", **w})
+
+
+def target_line(t: Mapping[str, Any]) -> str:
+    """One ``"target"`` line (no newline)."""
+    return canonical_json({"type": "target", **t})
+
+
+def measurement_line(rec: MeasurementRecord) -> str:
+    """One ``"measurement"`` line; the local ``id`` is left out on purpose."""
+    obj: dict[str, Any] = {name: getattr(rec, name) for name in _MEASUREMENT_FIELDS}
+    obj["costs"] = [float(c) for c in rec.costs]
+    return canonical_json({"type": "measurement", **obj})
+
+
+def _need(obj: Mapping[str, Any], name: str, types: type | tuple[type, ...]) -> Any:
+    if name not in obj:
+        raise RecordsError(f"missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, types) or (
+        isinstance(value, bool) and bool not in _as_tuple(types)
+    ):
+        raise RecordsError(
+            f"field {name!r} has the wrong type ({type(value).__name__})"
+        )
+    return value
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _parse_workload(obj: Mapping[str, Any]) -> dict[str, Any]:
+    flops = _need(obj, "flops", (int, float))
+    if not math.isfinite(flops):
+        raise RecordsError("field 'flops' must be finite")
+    return {
+        "key": _need(obj, "key", str),
+        "name": _need(obj, "name", str),
+        "description": _need(obj, "description", dict),
+        "flops": float(flops),
+    }
+
+
+def _parse_target(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "key": _need(obj, "key", str),
+        "kind": _need(obj, "kind", str),
+        "fingerprint": _need(obj, "fingerprint", dict),
+    }
+
+
+def _parse_measurement(obj: Mapping[str, Any]) -> MeasurementRecord:
+    num = (int, float)
+    error_kind = obj.get("error_kind")
+    if error_kind is not None and not isinstance(error_kind, str):
+        raise RecordsError("field 'error_kind' must be a string or null")
+    rec = MeasurementRecord(
+        workload_key=_need(obj, "workload_key", str),
+        target_key=_need(obj, "target_key", str),
+        config=_need(obj, "config", dict),
+        steps=_need(obj, "steps", list),
+        costs=tuple(_need(obj, "costs", list)),
+        error_kind=error_kind,
+        error_msg=obj.get("error_msg", ""),
+        build_s=obj.get("build_s", 0.0),
+        verified=obj.get("verified", False),
+        tuner=obj.get("tuner", ""),
+        space_version=obj.get("space_version", 1),
+        created_at=_need(obj, "created_at", num),
+    )
+    check_record(rec)
+    return rec
+
+
+def parse_lines(lines: Iterable[str], source: str) -> Batch:
+    """Parse and validate every line; raise RecordsError naming the bad line."""
+    batch = Batch()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise RecordsError("line is not a JSON object")
+            kind = obj.get("type")
+            if kind == "workload":
+                batch.workloads.append((lineno, _parse_workload(obj)))
+            elif kind == "target":
+                batch.targets.append((lineno, _parse_target(obj)))
+            elif kind == "measurement":
+                batch.measurements.append((lineno, _parse_measurement(obj)))
+            else:
+                raise RecordsError(f"unknown type {kind!r}")
+        except (
+            ValueError,
+            RecordsError,
+        ) as exc:  # json.JSONDecodeError is a ValueError
+            raise RecordsError(f"{source}: line {lineno}: {exc}") from None
+    return batch
+
+
+def dump_lines(
+    workloads: Iterable[Mapping[str, Any]],
+    targets: Iterable[Mapping[str, Any]],
+    measurements: Iterable[MeasurementRecord],
+) -> Iterator[str]:
+    """Yield newline-terminated lines: workloads, then targets, then measurements."""
+    for w in workloads:
+        yield workload_line(w) + "\n"
+    for t in targets:
+        yield target_line(t) + "\n"
+    for m in measurements:
+        yield measurement_line(m) + "\n"
