@@ -3,6 +3,7 @@
 from .state import Schedule, ScheduleError, Stage
 from .steps import (
     AnnotateStep,
+    CacheReadStep,
     CacheWriteStep,
     ComputeAtStep,
     ComputeInlineStep,
@@ -19,7 +20,7 @@ from .steps import (
 )
 
 __all__ = [
-    "AnnotateStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep", "FuseStep", "ReorderStep",
+    "AnnotateStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep", "FuseStep", "ReorderStep",
     "Schedule", "ScheduleError", "SplitStep", "Stage", "Step", "TileStep", "apply_steps", "parallel",
     "step_from_dict", "unroll", "vectorize",
 ]

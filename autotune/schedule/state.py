@@ -266,3 +266,49 @@ def cache_write(sch: Schedule, stage: Stage, scope: str = "local") -> Stage:
     stage.leaf_loops = list(stage.root_loops)
     sch.stages.insert(sch.stages.index(stage), local)
     return local
+
+
+def cache_read(sch: Schedule, tensor_name: str, readers: list[Stage], layout: tuple[int, ...] | None = None,
+               scope: str = "local") -> Stage:
+    """Copy ``tensor`` into a ``scope`` buffer that ``readers`` read instead.
+
+    ``layout`` permutes the dims of the copy (``copy[d0', d1', ...] = tensor[...]``), so a strided
+    operand can be packed contiguous for the innermost loop (a transposing copy).
+    """
+    if scope != "local":
+        raise ScheduleError(f"unsupported cache scope {scope!r}")
+    src = next((t for s in sch.stages for t in s.reads() if t.name == tensor_name), None)
+    if src is None:
+        raise ScheduleError(f"no stage reads a tensor named {tensor_name!r}")
+    if not readers or any(src not in r.reads() for r in readers):
+        raise ScheduleError(f"cache_read of {tensor_name}: every reader must read it")
+    perm = tuple(range(src.ndim)) if layout is None else tuple(layout)
+    if sorted(perm) != list(range(src.ndim)):
+        raise ScheduleError(f"layout {perm} is not a permutation of {src.ndim} dims")
+    name = f"{tensor_name}_local"
+    if any(s.name == name for s in sch.stages):
+        raise ScheduleError(f"{tensor_name} already has a read cache")
+    shape = tuple(src.shape[p] for p in perm)
+    axes = tuple(IterVar(f"a{d}", n) for d, n in enumerate(shape))
+    src_idx = [None] * src.ndim
+    for d, p in enumerate(perm):
+        src_idx[p] = axes[d].var
+    body = TensorRead(src, src_idx)
+    copy = Tensor(shape, src.dtype, name, axes, body)
+    stage = Stage(copy, body, axes, is_output=False)
+    stage.scope = scope
+    for r in readers:
+        r.body = _redirect_reads(r.body, src, copy, perm)
+    first = min(sch.stages.index(r) for r in readers)
+    sch.stages.insert(first, stage)
+    return stage
+
+
+def _redirect_reads(e: Expr, src: Tensor, copy: Tensor, perm: tuple[int, ...]) -> Expr:
+    kids = tuple(expr_children(e))
+    new = tuple(_redirect_reads(k, src, copy, perm) for k in kids)
+    if isinstance(e, TensorRead) and e.tensor is src:
+        return TensorRead(copy, [new[p] for p in perm])
+    if all(n is k for n, k in zip(new, kids)):
+        return e
+    return rebuild(e, new)

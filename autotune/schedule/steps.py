@@ -137,6 +137,21 @@ class CacheWriteStep(Step):
         S.cache_write(sch, sch.stage(self.stage), self.scope)
 
 
+@dataclass(frozen=True)
+class CacheReadStep(Step):
+    """Copy ``tensor`` into a local buffer (``<tensor>_local``) read by ``readers``, optionally
+    with permuted dims; place it with a ComputeAtStep."""
+
+    tensor: str
+    readers: tuple[str, ...]
+    layout: tuple[int, ...] | None = None
+    scope: str = "local"
+    kind: ClassVar[str] = "cache_read"
+
+    def apply(self, sch: Schedule) -> None:
+        S.cache_read(sch, self.tensor, [sch.stage(r) for r in self.readers], self.layout, self.scope)
+
+
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (
@@ -148,6 +163,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         ComputeAtStep,
         ComputeInlineStep,
         CacheWriteStep,
+        CacheReadStep,
     )
 }
 

@@ -1,0 +1,15 @@
+"""Schedule-space generators per target."""
+
+from .cpu import CpuSketch, cpu_space
+from .space import ChoiceKnob, Config, SearchSpace, SplitKnob, factorizations
+
+
+def make_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Target
+    """The search space of ``workload`` on ``target``."""
+    if target.kind == "cpu":
+        return cpu_space(workload, target)
+    raise NotImplementedError(f"no schedule space for target {target.kind!r} yet")
+
+
+__all__ = ["ChoiceKnob", "Config", "CpuSketch", "SearchSpace", "SplitKnob", "cpu_space", "factorizations",
+           "make_space"]

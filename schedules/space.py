@@ -1,0 +1,145 @@
+"""Search spaces: knobs, constraints, sampling, enumeration, neighbours and encoding.
+
+A config is a plain dict (knob name -> JSON value) so it stores as canonical JSON in the records
+database; the space's generator turns a config into schedule steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from autotune.schedule import Step
+
+Config = dict
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
+    """All ordered ``parts``-tuples of positive integers whose product is ``n``."""
+    if parts == 1:
+        return [(n,)]
+    return [(d,) + rest for d in divisors(n) for rest in factorizations(n // d, parts - 1)]
+
+
+@dataclass(frozen=True)
+class SplitKnob:
+    """Tile sizes of one loop: a factorization of ``extent`` into ``parts`` levels (outer first)."""
+
+    name: str
+    extent: int
+    parts: int
+
+    @property
+    def options(self) -> list[tuple[int, ...]]:
+        return factorizations(self.extent, self.parts)
+
+    def encode(self, value: Sequence[int]) -> list[float]:
+        return [math.log2(v) for v in value]
+
+
+@dataclass(frozen=True)
+class ChoiceKnob:
+    """One of a few values."""
+
+    name: str
+    choices: tuple
+
+    @property
+    def options(self) -> list:
+        return list(self.choices)
+
+    def encode(self, value: object) -> list[float]:
+        return [float(self.choices.index(value))]
+
+
+Knob = SplitKnob | ChoiceKnob
+
+
+@dataclass
+class SearchSpace:
+    """Knobs + constraints + a function from config to schedule steps."""
+
+    name: str
+    knobs: list[Knob]
+    to_steps: Callable[[Config], list[Step]]
+    constraints: list[tuple[str, Callable[[Config], bool]]] = field(default_factory=list)
+    version: int = 1
+
+    def _options(self) -> list[list]:
+        return [k.options for k in self.knobs]
+
+    @property
+    def raw_size(self) -> int:
+        """Product of the knob option counts (before constraints)."""
+        return math.prod(len(o) for o in self._options())
+
+    def is_valid(self, config: Config) -> bool:
+        return all(check(config) for _, check in self.constraints)
+
+    def violated(self, config: Config) -> list[str]:
+        return [name for name, check in self.constraints if not check(config)]
+
+    def _make(self, values: Sequence) -> Config:
+        return {k.name: (list(v) if isinstance(v, tuple) else v) for k, v in zip(self.knobs, values)}
+
+    def __iter__(self) -> Iterator[Config]:
+        """Every valid config, in a fixed order (grid search)."""
+        for values in itertools.product(*self._options()):
+            cfg = self._make(values)
+            if self.is_valid(cfg):
+                yield cfg
+
+    def size(self, limit: int = 2_000_000) -> int:
+        """Number of valid configs (exact when the raw space is at most ``limit``, else estimated
+        from 20,000 samples)."""
+        if self.raw_size <= limit:
+            return sum(1 for _ in self)
+        rng = np.random.default_rng(0)
+        hits = sum(self.is_valid(self._random(rng)) for _ in range(20_000))
+        return int(self.raw_size * hits / 20_000)
+
+    def _random(self, rng: np.random.Generator) -> Config:
+        opts = self._options()
+        return self._make([o[int(rng.integers(len(o)))] for o in opts])
+
+    def sample(self, rng: np.random.Generator, max_tries: int = 10_000) -> Config:
+        """A uniformly drawn valid config (rejection sampling)."""
+        for _ in range(max_tries):
+            cfg = self._random(rng)
+            if self.is_valid(cfg):
+                return cfg
+        raise RuntimeError(f"space {self.name}: no valid config found in {max_tries} samples")
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """Valid configs that differ from ``config`` in one knob."""
+        out = []
+        for i, knob in enumerate(self.knobs):
+            for opt in knob.options:
+                value = list(opt) if isinstance(opt, tuple) else opt
+                if value == config[knob.name]:
+                    continue
+                cfg = dict(config)
+                cfg[knob.name] = value
+                if self.is_valid(cfg):
+                    out.append(cfg)
+            del i
+        return out
+
+    def encode(self, config: Config) -> np.ndarray:
+        """A fixed-length numeric vector of a config (knob values, log2 for tile sizes)."""
+        parts: list[float] = []
+        for k in self.knobs:
+            v = config[k.name]
+            parts += k.encode(tuple(v) if isinstance(v, list) else v)
+        return np.asarray(parts, dtype=np.float64)
+
+    def steps(self, config: Config) -> list[Step]:
+        return self.to_steps(config)
