@@ -97,7 +97,7 @@ class SearchSpace:
             if self.is_valid(cfg):
                 yield cfg
 
-    def size(self, limit: int = 2_000_000) -> int:
+    def size(self, limit: int = 50_000) -> int:
         """Number of valid configs (exact when the raw space is at most ``limit``, else estimated
         from 20,000 samples)."""
         if self.raw_size <= limit:

@@ -1,0 +1,1 @@
+"""Command-line entry points (scripts/ and the console scripts call these)."""

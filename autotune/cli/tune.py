@@ -1,0 +1,107 @@
+"""``tune.py``: tune workloads on a target and store every measurement in the records DB."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..measure import Builder, CpuRunner
+from ..search import STRATEGIES, TuneOptions, tune_workload
+from ..te import WorkloadError, make_workload, op_names, op_spec
+from .common import TARGETS, UsageError, fail, open_db, resolve_target
+
+# The embedded default: small but representative (a GEMM, a fused dense epilogue, a convolution),
+# so a first run on a fresh machine finishes in a couple of minutes.
+DEFAULT_WORKLOADS = [
+    ("matmul", "256,256,256"),
+    ("dense_bias_relu", "64,512,256"),
+    ("conv2d", "1,32,28,28,32,3,3,1,1"),
+]
+DEFAULT_TRIALS = 24
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ops = ", ".join(f"{op_spec(n).usage()}" for n in op_names())
+    p = argparse.ArgumentParser(
+        prog="tune.py",
+        description="Tune tensor workloads by measuring generated kernels; results go to a SQLite DB. "
+        "Without --op, tunes the embedded default set: "
+        + "; ".join(f"{o} {s}" for o, s in DEFAULT_WORKLOADS),
+    )
+    p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
+    p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
+    p.add_argument("--trials", type=int, default=None,
+                   help=f"measurements wanted per workload in the DB; a rerun tops up to this number "
+                   f"(resume after a kill) (default {DEFAULT_TRIALS})")
+    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    p.add_argument("--strategy", default="random", help=f"search strategy: {', '.join(STRATEGIES)}")
+    p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
+    p.add_argument("--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (UsageError, WorkloadError) as err:
+        fail(str(err))
+
+
+def _workloads(args: argparse.Namespace) -> list:
+    if args.op is None:
+        if args.shape:
+            raise UsageError("--shape needs --op")
+        return [make_workload(o, s) for o, s in DEFAULT_WORKLOADS]
+    if not args.shape:
+        spec = op_spec(args.op)
+        raise UsageError(f"--op {args.op} needs --shape {','.join(spec.params)}")
+    return [make_workload(args.op, args.shape)]
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
+    trials = DEFAULT_TRIALS if args.trials is None else args.trials
+    if trials < 0 or args.batch_size < 1:
+        raise UsageError("--trials must be >= 0 and --batch-size >= 1")
+    workloads = _workloads(args)
+    target = resolve_target(args.target)
+    db = open_db(args.db)
+    options = TuneOptions(trials=trials, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
+                          progress=not args.no_progress)
+    summaries = []
+    with Builder() as builder, CpuRunner() as runner:
+        for wl in workloads:
+            s = tune_workload(wl, target, db, options, builder, runner)
+            summaries.append(s)
+            print(f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, {s.errors} errors), "
+                  f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s", flush=True)
+    db.close()
+    if args.json:
+        print(json.dumps(_json_summary(summaries, target, args.db)))
+    return 0
+
+
+def _json_summary(summaries: list, target, db_path: str) -> dict:  # noqa: ANN001
+    if len(summaries) == 1:
+        out = summaries[0].to_json()
+    else:
+        out = {
+            "workload": [s.workload for s in summaries],
+            "trials": sum(s.trials for s in summaries),
+            "new_trials": sum(s.new_trials for s in summaries),
+            "valid": sum(s.valid for s in summaries),
+            "errors": sum(s.errors for s in summaries),
+            "best_gflops": {s.workload: round(s.best_gflops, 3) for s in summaries},
+            "best_config": {s.workload: s.best_config for s in summaries},
+            "tasks": [s.to_json() for s in summaries],
+        }
+    out["target"] = target.key
+    out["target_kind"] = target.kind
+    out["db"] = db_path
+    return out

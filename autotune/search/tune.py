@@ -1,0 +1,138 @@
+"""Tune one workload: propose configs, measure them, commit every result to the records DB."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from records import MeasurementRecord, TuningDatabase
+from schedules import make_space
+
+from ..measure import Builder, CpuRunner, RunOptions
+from ..target import Target
+from ..te import Workload
+from .measure_batch import Trial, WorkloadMeasurer
+from .tuner import make_tuner
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 32  # total measurements wanted for this (workload, target) in the DB
+    strategy: str = "random"
+    seed: int = 0
+    batch_size: int = 8
+    run: RunOptions = field(default_factory=lambda: RunOptions(repeat=3, min_repeat_ms=10.0, timeout_s=20.0))
+    progress: bool = True
+
+
+@dataclass
+class TuneSummary:
+    workload: str
+    workload_key: str
+    target_key: str
+    trials: int  # measurements in the DB for this (workload, target) now
+    new_trials: int  # measured by this call
+    valid: int
+    errors: int
+    best_s: float
+    best_gflops: float
+    best_config: dict | None
+    space_size: int
+    elapsed_s: float
+    errors_by_kind: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "workload": self.workload,
+            "workload_key": self.workload_key,
+            "target": self.target_key,
+            "trials": self.trials,
+            "new_trials": self.new_trials,
+            "valid": self.valid,
+            "errors": self.errors,
+            "errors_by_kind": self.errors_by_kind,
+            "best_gflops": round(self.best_gflops, 3),
+            "best_s": None if math.isinf(self.best_s) else self.best_s,
+            "best_config": self.best_config,
+            "space_size": self.space_size,
+            "elapsed_s": round(self.elapsed_s, 2),
+        }
+
+
+def workload_label(wl: Workload) -> str:
+    return f"{wl.name}[{','.join(str(v) for v in wl.params.values())}]"
+
+
+def register(db: TuningDatabase, wl: Workload, target: Target) -> None:
+    db.add_workload(wl.key, workload_label(wl), wl.description(), wl.flops)
+    db.add_target(target.key, target.kind, target.fingerprint)
+
+
+def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: TuneOptions,
+                  builder: Builder, runner: CpuRunner) -> TuneSummary:
+    """Measure until the DB holds ``options.trials`` results for (wl, target) or the space runs out."""
+    start = time.perf_counter()
+    register(db, wl, target)
+    space = make_space(wl, target)
+    done_keys = db.measured_config_keys(wl.key, target.key)
+    todo = max(0, options.trials - len(done_keys))
+    tuner = make_tuner(options.strategy, space, options.seed, done_keys)
+    best = db.best(wl.key, target.key)
+    best_s = best.mean_s if best else math.inf
+    new = 0
+    bar = _progress(options.progress, todo, workload_label(wl))
+    counts = {"valid": 0, "errors": 0}
+    measurer = WorkloadMeasurer(wl, target, builder, runner, options.run) if todo else None
+    while new < todo:
+        configs = tuner.next_batch(min(options.batch_size, todo - new))
+        if not configs:
+            break  # space exhausted
+        trials: list[Trial] = []
+        for trial in measurer.measure(configs, [space.steps(c) for c in configs]):
+            db.add_measurement(_record(wl, target, trial, options.strategy, space.version))
+            trials.append(trial)
+            new += 1
+            counts["errors" if trial.error_kind else "valid"] += 1
+            best_s = min(best_s, trial.mean_s)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(valid=counts["valid"], errors=counts["errors"],
+                                best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-")
+        tuner.update([t.config for t in trials], [t.mean_s for t in trials])
+    if bar is not None:
+        bar.close()
+    return summarize(db, wl, target, new, space.size(), time.perf_counter() - start)
+
+
+def summarize(db: TuningDatabase, wl: Workload, target: Target, new: int, space_size: int,
+              elapsed: float) -> TuneSummary:
+    rows = db.measurements(wl.key, target.key)
+    errors = [r for r in rows if r.error_kind]
+    by_kind: dict[str, int] = {}
+    for r in errors:
+        by_kind[r.error_kind] = by_kind.get(r.error_kind, 0) + 1
+    best = db.best(wl.key, target.key)
+    best_s = best.mean_s if best else math.inf
+    return TuneSummary(
+        workload=workload_label(wl), workload_key=wl.key, target_key=target.key, trials=len(rows),
+        new_trials=new, valid=len(rows) - len(errors), errors=len(errors), best_s=best_s,
+        best_gflops=wl.flops / best_s / 1e9 if best else 0.0, best_config=best.config if best else None,
+        space_size=space_size, elapsed_s=elapsed, errors_by_kind=by_kind,
+    )
+
+
+def _record(wl: Workload, target: Target, t: Trial, tuner: str, space_version: int) -> MeasurementRecord:
+    return MeasurementRecord(
+        workload_key=wl.key, target_key=target.key, config=t.config, steps=[s.to_dict() for s in t.steps],
+        costs=t.costs if t.error_kind is None else (), error_kind=t.error_kind, error_msg=t.error_msg[:2000],
+        build_s=t.build_s, verified=t.error_kind is None, tuner=tuner, space_version=space_version,
+    )
+
+
+def _progress(enabled: bool, total: int, label: str):  # noqa: ANN202
+    if not enabled or total == 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label, unit="trial", dynamic_ncols=True, leave=True)
