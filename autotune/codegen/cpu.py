@@ -28,7 +28,7 @@ typedef float {v} __attribute__((vector_size({4 * n})));
 typedef int at_i32x{n} __attribute__((vector_size({4 * n})));
 static inline {v} at_vload(const float* p) {{ {v} r; memcpy(&r, p, sizeof r); return r; }}
 static inline void at_vstore(float* p, {v} v) {{ memcpy(p, &v, sizeof v); }}
-static inline {v} at_bcast(float x) {{ return ({v}){{0}} + x; }}
+static inline {v} at_bcast(float x) {{ return ({v}){{{", ".join(["x"] * n)}}}; }}
 static inline {v} at_vmax({v} a, {v} b) {{
   at_i32x{n} m = a > b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
 static inline {v} at_vmin({v} a, {v} b) {{

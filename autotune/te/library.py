@@ -21,14 +21,15 @@ def _np_gelu(x: np.ndarray) -> np.ndarray:
 def matmul(m: int, n: int, k: int) -> Workload:
     a = placeholder((m, k), name="A")
     b = placeholder((k, n), name="B")
-    return Workload("matmul", [a, b], [nn.matmul(a, b)], lambda a, b: [a @ b])
+    return Workload("matmul", [a, b], [nn.matmul(a, b)], lambda a, b: [a @ b], baseline=lambda a, b: [a @ b])
 
 
 @register("dense", ["m", "n", "k"], "Y[m,n] = X[m,k] @ W[n,k]^T")
 def dense(m: int, n: int, k: int) -> Workload:
     x = placeholder((m, k), name="X")
     w = placeholder((n, k), name="W")
-    return Workload("dense", [x, w], [nn.dense(x, w)], lambda x, w: [x @ w.T])
+    fn = lambda x, w: [x @ w.T]  # noqa: E731
+    return Workload("dense", [x, w], [nn.dense(x, w)], fn, baseline=fn)
 
 
 @register("dense_bias", ["m", "n", "k"], "X @ W^T + bias, fused")
@@ -37,7 +38,8 @@ def dense_bias(m: int, n: int, k: int) -> Workload:
     w = placeholder((n, k), name="W")
     bias = placeholder((n,), name="bias")
     out = nn.dense_epilogue(x, w, bias, None)
-    return Workload("dense_bias", [x, w, bias], [out], lambda x, w, b: [x @ w.T + b])
+    fn = lambda x, w, b: [x @ w.T + b]  # noqa: E731
+    return Workload("dense_bias", [x, w, bias], [out], fn, baseline=fn)
 
 
 def _dense_act(m: int, n: int, k: int, act: str, name: str) -> Workload:
@@ -50,7 +52,8 @@ def _dense_act(m: int, n: int, k: int, act: str, name: str) -> Workload:
         y = x @ w.T + b
         return [np.maximum(y, 0.0) if act == "relu" else _np_gelu(y)]
 
-    return Workload(name, [x, w, bias], [out], ref)
+    fast = (lambda x, w, b: [np.maximum(x @ w.T + b, 0)]) if act == "relu" else None
+    return Workload(name, [x, w, bias], [out], ref, baseline=fast)
 
 
 @register("dense_bias_relu", ["m", "n", "k"], "relu(X @ W^T + bias), fused")
@@ -67,7 +70,8 @@ def dense_bias_gelu(m: int, n: int, k: int) -> Workload:
 def batch_matmul(b: int, m: int, n: int, k: int) -> Workload:
     x = placeholder((b, m, k), name="A")
     y = placeholder((b, k, n), name="B")
-    return Workload("batch_matmul", [x, y], [nn.batch_matmul(x, y)], lambda x, y: [x @ y])
+    fn = lambda x, y: [x @ y]  # noqa: E731
+    return Workload("batch_matmul", [x, y], [nn.batch_matmul(x, y)], fn, baseline=fn)
 
 
 def np_conv2d_nchw(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1, groups: int = 1):
@@ -91,6 +95,47 @@ def np_conv2d_nchw(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation
     return out
 
 
+def _im2col_windows(xp: np.ndarray, axes: tuple[int, int], kh: int, kw: int, stride: int, dilation: int):
+    """Strided (kh, kw) windows of ``xp`` over ``axes``, appended as the last two dims (a view)."""
+    span = (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1)
+    win = np.lib.stride_tricks.sliding_window_view(xp, span, axis=axes)
+    sl = [slice(None)] * win.ndim
+    sl[axes[0]] = sl[axes[1]] = slice(None, None, stride)
+    sl[-2] = sl[-1] = slice(None, None, dilation)
+    return win[tuple(sl)]
+
+
+def im2col_conv2d_nchw(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1,
+                       groups: int = 1) -> np.ndarray:
+    """Fast NCHW conv in the input dtype: im2col (one copy) then one (batched) matmul."""
+    n = x.shape[0]
+    f, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) if pad else x
+    win = _im2col_windows(xp, (2, 3), kh, kw, stride, dilation)  # n, c, oh, ow, kh, kw
+    oh, ow = win.shape[2], win.shape[3]
+    cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, groups, cg * kh * kw, oh * ow)
+    wmat = w.reshape(groups, f // groups, cg * kh * kw)
+    return np.matmul(wmat, cols).reshape(n, f, oh, ow)
+
+
+def im2col_conv2d_nhwc(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1,
+                       groups: int = 1) -> np.ndarray:
+    """Fast NHWC / HWIO conv in the input dtype: im2col (one copy) then one (batched) matmul."""
+    n = x.shape[0]
+    kh, kw, cg, f = w.shape
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
+    win = _im2col_windows(xp, (1, 2), kh, kw, stride, dilation)  # n, oh, ow, c, kh, kw
+    oh, ow = win.shape[1], win.shape[2]
+    if groups == 1:
+        cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(n * oh * ow, kh * kw * cg)
+        return (cols @ w.reshape(kh * kw * cg, f)).reshape(n, oh, ow, f)
+    fpg = f // groups
+    cols = win.reshape(n * oh * ow, groups, cg, kh, kw).transpose(1, 0, 3, 4, 2)
+    cols = cols.reshape(groups, -1, kh * kw * cg)
+    wmat = w.reshape(kh, kw, cg, groups, fpg).transpose(3, 0, 1, 2, 4).reshape(groups, kh * kw * cg, fpg)
+    return np.matmul(cols, wmat).transpose(1, 0, 2).reshape(n, oh, ow, f)
+
+
 @register(
     "conv2d",
     ["n", "c", "h", "w", "f", "kh", "kw", "stride", "pad"],
@@ -104,14 +149,16 @@ def conv2d(n, c, h, w, f, kh, kw, stride, pad, dilation=1, groups=1) -> Workload
     weight = placeholder((f, c // groups, kh, kw), name="weight")
     out = conv.conv2d_nchw(data, weight, stride, pad, dilation, groups)
     return Workload(
-        "conv2d", [data, weight], [out], lambda x, wt: [np_conv2d_nchw(x, wt, stride, pad, dilation, groups)]
+        "conv2d", [data, weight], [out], lambda x, wt: [np_conv2d_nchw(x, wt, stride, pad, dilation, groups)],
+        baseline=lambda x, wt: [im2col_conv2d_nchw(x, wt, stride, pad, dilation, groups)],
     )
 
 
 @register("relu", ["n"], "relu over a vector")
 def relu(n: int) -> Workload:
     x = placeholder((n,), name="x")
-    return Workload("relu", [x], [elementwise.relu(x)], lambda x: [np.maximum(x, 0.0)])
+    fn = lambda x: [np.maximum(x, 0)]  # noqa: E731
+    return Workload("relu", [x], [elementwise.relu(x)], fn, baseline=fn)
 
 
 def np_conv2d_nhwc(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1, groups: int = 1):
@@ -152,6 +199,7 @@ def conv2d_nhwc(n, h, w, c, f, kh, kw, stride, pad, dilation=1, groups=1) -> Wor
         [data, weight],
         [out],
         lambda x, wt: [np_conv2d_nhwc(x, wt, stride, pad, dilation, groups)],
+        baseline=lambda x, wt: [im2col_conv2d_nhwc(x, wt, stride, pad, dilation, groups)],
     )
 
 
@@ -265,13 +313,15 @@ def layernorm(rows: int, cols: int) -> Workload:
 @register("add", ["n"], "a + b over vectors")
 def add(n: int) -> Workload:
     a, b = placeholder((n,), name="a"), placeholder((n,), name="b")
-    return Workload("add", [a, b], [elementwise.add(a, b)], lambda a, b: [a + b])
+    fn = lambda a, b: [a + b]  # noqa: E731
+    return Workload("add", [a, b], [elementwise.add(a, b)], fn, baseline=fn)
 
 
 @register("mul", ["n"], "a * b over vectors")
 def mul(n: int) -> Workload:
     a, b = placeholder((n,), name="a"), placeholder((n,), name="b")
-    return Workload("mul", [a, b], [elementwise.mul(a, b)], lambda a, b: [a * b])
+    fn = lambda a, b: [a * b]  # noqa: E731
+    return Workload("mul", [a, b], [elementwise.mul(a, b)], fn, baseline=fn)
 
 
 @register("gelu", ["n"], "exact (erf) gelu over a vector")
@@ -285,11 +335,13 @@ def bias_add_relu(m: int, n: int) -> Workload:
     x = placeholder((m, n), name="x")
     bias = placeholder((n,), name="bias")
     out = elementwise.bias_add_relu(x, bias)
-    return Workload("bias_add_relu", [x, bias], [out], lambda x, b: [np.maximum(x + b, 0.0)])
+    fn = lambda x, b: [np.maximum(x + b, 0)]  # noqa: E731
+    return Workload("bias_add_relu", [x, bias], [out], fn, baseline=fn)
 
 
 @register("add_relu_mul", ["m", "n"], "relu(a + b) * c, one fused elementwise chain")
 def add_relu_mul(m: int, n: int) -> Workload:
     a, b, c = (placeholder((m, n), name=nm) for nm in "abc")
     out = elementwise.add_relu_mul(a, b, c)
-    return Workload("add_relu_mul", [a, b, c], [out], lambda a, b, c: [np.maximum(a + b, 0.0) * c])
+    fn = lambda a, b, c: [np.maximum(a + b, 0) * c]  # noqa: E731
+    return Workload("add_relu_mul", [a, b, c], [out], fn, baseline=fn)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -51,13 +52,11 @@ def op_spec(name: str) -> OpSpec:
 
 
 def parse_shape(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
-    except ValueError:
-        raise WorkloadError(f"malformed shape {text!r}: expected comma-separated integers") from None
-    if not values:
+    """``"1024,1024,512"`` (or ``"1024x1024x512"``) -> integers; anything else is malformed."""
+    parts = [p.strip() for p in re.split(r"[,x]", text.strip())]
+    if not parts or any(not re.fullmatch(r"[+-]?\d+", p) for p in parts):
         raise WorkloadError(f"malformed shape {text!r}: expected comma-separated integers")
-    return values
+    return [int(p) for p in parts]
 
 
 def make_workload(name: str, shape: Sequence[int] | str) -> Workload:

@@ -131,6 +131,8 @@ class Workload:
     reference: Callable[..., list[np.ndarray]]
     params: dict = field(default_factory=dict)
     input_ranges: list[tuple[float, float]] | None = None
+    # fast numpy composition on float32 inputs (for benchmarks); None: run ``reference`` instead
+    baseline: Callable[..., list[np.ndarray]] | None = None
 
     @property
     def key(self) -> str:
