@@ -82,10 +82,27 @@ class SearchSpace:
         return math.prod(len(o) for o in self._options())
 
     def is_valid(self, config: Config) -> bool:
-        return all(check(config) for _, check in self.constraints)
+        return self._well_formed(config) and all(check(config) for _, check in self.constraints)
 
     def violated(self, config: Config) -> list[str]:
+        if not self._well_formed(config):
+            return ["knob values"]
         return [name for name, check in self.constraints if not check(config)]
+
+    def _well_formed(self, config: Config) -> bool:
+        """Every knob present with one of its options (a hand-written config may not be)."""
+        for k in self.knobs:
+            if k.name not in config:
+                return False
+            v = config[k.name]
+            if isinstance(k, SplitKnob):
+                if not isinstance(v, (list, tuple)) or len(v) != k.parts or math.prod(v) != k.extent:
+                    return False
+                if any(not isinstance(x, int) or x < 1 for x in v):
+                    return False
+            elif v not in k.choices:
+                return False
+        return True
 
     def _make(self, values: Sequence) -> Config:
         return {k.name: (list(v) if isinstance(v, tuple) else v) for k, v in zip(self.knobs, values)}

@@ -1,0 +1,199 @@
+"""``bench.py``: build the best-known kernel of every workload in a records DB, check it, and time
+it against the obvious numpy float32 implementation in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from records import MeasurementRecord, TuningDatabase
+
+from ..compile import CompileError, build_kernel
+from ..measure import Builder
+from ..search.measure_batch import tolerances
+from ..search.tune import workload_label
+from ..target import Target
+from ..te import Workload, WorkloadError, workload_from_description
+from .common import TARGETS, UsageError, fail, open_db, resolve_target
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.py",
+        description="For every workload tuned on this machine in the records DB: build its best-known "
+        "kernel, check it against the float64 reference, and time it against numpy (float32) "
+        "in the same run. Exit status 1 if some kernel failed, 2 on bad input.",
+    )
+    p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed repeats per side; the median is kept (default 5)")
+    p.add_argument("--min-repeat-ms", type=float, default=200.0,
+                   help="minimum duration of one repeat, in ms (default 200)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except UsageError as err:
+        fail(str(err))
+
+
+def numpy_baseline(workload: Workload) -> Callable[..., Any]:
+    """The workload's numpy float32 baseline, or its reference run on float32 inputs."""
+    return workload.baseline or workload.reference
+
+
+def time_callable(fn: Callable[..., Any], args: Sequence[Any], repeat: int = 5,
+                  min_repeat_ms: float = 200.0) -> list[float]:
+    """Seconds per call, one value per repeat: a warm-up call, then ``number`` calls per repeat,
+    ``number`` grown until a repeat lasts ``min_repeat_ms`` (as the C harness does)."""
+    fn(*args)
+    min_s = min_repeat_ms * 1e-3
+    number, costs = 1, []
+    while len(costs) < repeat:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        elapsed = time.perf_counter() - t0
+        if elapsed < min_s:
+            scale = min(1000.0, 1.1 * min_s / elapsed) if elapsed > 0 else 1000.0
+            number = max(number + 1, int(number * scale) + 1)
+            continue
+        costs.append(elapsed / number)
+    return costs
+
+
+@dataclass
+class BenchRow:
+    """One benchmarked workload (``error`` set when it could not be built or was wrong)."""
+
+    workload: str
+    workload_key: str
+    flops: float
+    config: dict | None = None
+    tuned: bool = False
+    ours_s: float | None = None
+    numpy_s: float | None = None
+    max_abs_err: float | None = None
+    error: str | None = None
+
+    @property
+    def ours_gflops(self) -> float | None:
+        return self.flops / self.ours_s / 1e9 if self.ours_s else None
+
+    @property
+    def numpy_gflops(self) -> float | None:
+        return self.flops / self.numpy_s / 1e9 if self.numpy_s else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.numpy_s / self.ours_s if self.ours_s and self.numpy_s else None
+
+    def to_json(self) -> dict:
+        def r(v: float | None, nd: int = 3) -> float | None:
+            return None if v is None else round(v, nd)
+
+        return {
+            "workload": self.workload, "workload_key": self.workload_key, "flops": self.flops,
+            "ours_s": self.ours_s, "ours_gflops": r(self.ours_gflops), "numpy_s": self.numpy_s,
+            "numpy_gflops": r(self.numpy_gflops), "speedup": r(self.speedup, 4),
+            "max_abs_err": self.max_abs_err, "config": self.config, "tuned": self.tuned,
+            "ok": self.error is None, "error": self.error,
+        }
+
+
+def bench_workload(wl: Workload, target: Target, db: TuningDatabase, builder: Builder, repeat: int,
+                   min_repeat_ms: float) -> BenchRow:
+    """Build, check once against the float64 reference, then time ours and numpy on the same inputs."""
+    row = BenchRow(workload_label(wl), wl.key, wl.flops)
+    try:
+        kernel = build_kernel(wl, target, db, builder)
+    except CompileError as err:
+        row.error = str(err)
+        return row
+    row.config, row.tuned = kernel.config, kernel.tuned
+    inputs = wl.random_inputs(np.random.default_rng())
+    reference = wl.run_reference(inputs)
+    outputs = kernel(*inputs)
+    rtol, atol = tolerances(reference)
+    errs = [float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0
+            for o, r in zip(outputs, reference)]
+    row.max_abs_err = max(errs, default=0.0)
+    if not all(np.allclose(o, r, rtol=rtol, atol=atol) for o, r in zip(outputs, reference)):
+        row.error = f"wrong output: max abs error {row.max_abs_err:.3g} (rtol {rtol:g}, atol {atol:.3g})"
+        return row
+    row.ours_s = statistics.median(kernel.time(*inputs, repeat=repeat, min_repeat_ms=min_repeat_ms))
+    row.numpy_s = statistics.median(time_callable(numpy_baseline(wl), inputs, repeat, min_repeat_ms))
+    return row
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(rows: Sequence[BenchRow]) -> str:
+    """The human-readable result table."""
+    head = ("workload", "ours GFLOP/s", "numpy GFLOP/s", "ours/numpy", "max abs err", "schedule")
+    body = []
+    for r in rows:
+        status = ("tuned" if r.tuned else "DEFAULT") if r.error is None else f"FAILED: {r.error}"
+        body.append((r.workload, _fmt(r.ours_gflops, ".2f"), _fmt(r.numpy_gflops, ".2f"),
+                     _fmt(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
+                     _fmt(r.max_abs_err, ".2e"), status))
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
+    lines = []
+    for cells in [head, *body]:
+        left = cells[0].ljust(widths[0])
+        mid = "  ".join(c.rjust(w) for c, w in zip(cells[1:-1], widths[1:]))
+        lines.append(f"{left}  {mid}  {cells[-1]}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.repeat < 1 or args.min_repeat_ms < 0:
+        raise UsageError("--repeat must be >= 1 and --min-repeat-ms >= 0")
+    target = resolve_target(args.target)
+    db = open_db(args.db, create=False)
+    try:
+        if not db.workloads():
+            raise UsageError(f"{args.db} holds no tuned workloads; run scripts/tune.py --db {args.db} first")
+        best: list[MeasurementRecord] = db.best_per_workload(target.key)
+        if not best:
+            raise UsageError(f"{args.db} has no verified records for this machine "
+                             f"({target.kind} {target.key}); run scripts/tune.py --db {args.db} here first")
+        print(f"target: {target.describe()} [{target.key}]", flush=True)
+        rows = []
+        with Builder(workers=1) as builder:
+            for rec in best:
+                rows.append(_bench_record(rec, target, db, builder, args))
+    finally:
+        db.close()
+    print(format_table(rows), flush=True)
+    if args.json:
+        print(json.dumps({"target": target.key, "db": args.db, "results": [r.to_json() for r in rows]}))
+    return 0 if all(r.error is None for r in rows) else 1
+
+
+def _bench_record(rec: MeasurementRecord, target: Target, db: TuningDatabase, builder: Builder,
+                  args: argparse.Namespace) -> BenchRow:
+    info = db.workload(rec.workload_key) or {}
+    label = info.get("name", rec.workload_key)
+    try:
+        wl = workload_from_description(info["description"])
+    except (KeyError, TypeError, WorkloadError) as err:
+        return BenchRow(label, rec.workload_key, float(info.get("flops") or 0.0),
+                        error=f"cannot rebuild the workload: {err}")
+    if wl.key != rec.workload_key:
+        return BenchRow(label, rec.workload_key, wl.flops,
+                        error="the op definition changed since tuning (workload key differs); re-tune it")
+    return bench_workload(wl, target, db, builder, args.repeat, args.min_repeat_ms)
