@@ -21,10 +21,12 @@ from ..te.expr import (
     walk,
 )
 from ..te.tensor import Tensor, reduce_identity
-from .nodes import Allocate, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
+from .nodes import Allocate, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
 from .simplify import expr_key, linear, simplify
 
-_ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+_ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll", "vthread": "vthread"}
+THREAD_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+_ANNOTATION_KIND.update({k: k for k in THREAD_KINDS})
 
 
 @dataclass
@@ -62,29 +64,37 @@ class _Lowerer:
 
     # --- entry ------------------------------------------------------------------------------
     def run(self, name: str) -> PrimFunc:
+        heap, nests = self.run_stages()
+        stmt = seq(*nests)
+        for buf in reversed(heap):
+            stmt = Allocate(buf, stmt)
+        return PrimFunc(_cname(name), self.arg_buffers, stmt)
+
+    def run_stages(self) -> tuple[list[Buffer], list[Stmt]]:
+        """Kernel-owned intermediate buffers and one loop nest per root stage."""
         arg_names = {b.name for b in self.arg_buffers}
-        body: list[Stmt] = []
+        nests: list[Stmt] = []
         heap: list[Buffer] = []
         for st in self.sch.stages:
             if st.inlined or st.attach is not None:
                 continue
             if st.tensor not in self.placed:
-                if st.scope == "local":
-                    raise ScheduleError(f"local stage {st.name} must be computed at a consumer loop")
+                if st.scope != "global":
+                    raise ScheduleError(f"{st.scope} stage {st.name} must be computed at a consumer loop")
                 buf = Buffer(_cname(st.name), st.tensor.dtype, st.tensor.shape, "global")
                 if buf.name in arg_names:
                     raise ScheduleError(f"buffer name clash: {buf.name}")
                 heap.append(buf)
                 self.placed[st.tensor] = Placed(buf)
             region = [(IntImm(0), ext) for ext in st.tensor.shape]
-            body.append(self.emit_stage(st, region))
-        stmt = seq(*body)
-        for buf in reversed(heap):
-            stmt = Allocate(buf, stmt)
-        return PrimFunc(_cname(name), self.arg_buffers, stmt)
+            nests.append(self.emit_stage(st, region, {}))
+        return heap, nests
 
     # --- one stage ----------------------------------------------------------------------------
-    def emit_stage(self, st: Stage, region: list[tuple[Expr, int]]) -> Stmt:
+    def emit_stage(self, st: Stage, region: list[tuple[Expr, int]],
+                   outer_threads: dict[Var, tuple[int, int]]) -> Stmt:
+        """The loop nest of one stage over ``region``; ``outer_threads`` are the GPU thread loops
+        around it (shared buffers are filled by all of them together)."""
         root_ext: dict[Loop, int] = {}
         n_sp = len(st.axes)
         for i, lp in enumerate(st.root_loops):
@@ -122,11 +132,17 @@ class _Lowerer:
             else:
                 axis_value[ax.var] = value[lp]
 
-        regions = {
-            att: self.place_attached(att, st, lp, axis_value, ext, lvar)
-            for lp in st.leaf_loops
-            for att in self.attached.get(lp, [])
-        }
+        threads_at: dict[Loop, dict[Var, tuple[int, int]]] = {}
+        acc = dict(outer_threads)
+        for lp in st.leaf_loops:
+            if st.annotations.get(lp, "").startswith("threadIdx") or st.annotations.get(lp) == "vthread":
+                acc[lvar[lp]] = (0, ext[lp] - 1)
+            threads_at[lp] = dict(acc)
+        regions = {}
+        for lp in st.leaf_loops:
+            # consumers attached at the same loop are placed first: their region bounds the producer's
+            for att in reversed(self.attached.get(lp, [])):
+                regions[att] = self.place_attached(att, st, lp, axis_value, ext, lvar, threads_at[lp])
         # the stage's own output buffer
         out = self.placed[st.tensor]
         out_idx = self._index(st.tensor, out, [axis_value[a.var] for a in st.axes])
@@ -156,7 +172,11 @@ class _Lowerer:
             kind = _ANNOTATION_KIND.get(st.annotations.get(lp, ""), "serial")
             inner = update
             for att in reversed(self.attached.get(lp, [])):
-                inner = Allocate(self.placed[att.tensor].buffer, seq(self.emit_stage(att, regions[att]), inner))
+                nest = self.emit_stage(att, regions[att], threads_at[lp])
+                if att.scope == "shared":
+                    # wait until the previous iteration's readers are done, and the copy is complete
+                    nest = seq(Barrier(), nest, Barrier())
+                inner = Allocate(self.placed[att.tensor].buffer, seq(nest, inner))
             update = For(lvar[lp], ext[lp], inner, kind)
             if pos == first_reduce and init is not None:
                 init_nest = init
@@ -173,13 +193,44 @@ class _Lowerer:
         return update
 
     def place_attached(self, att: Stage, target: Stage, loop: Loop, target_axis_value: dict[Var, Expr],
-                       ext: dict[Loop, int], lvar: dict[Loop, Var]) -> list[tuple[Expr, int]]:
-        """Infer the region of ``att`` that ``loop`` of ``target`` needs and give it a local buffer."""
+                       ext: dict[Loop, int], lvar: dict[Loop, Var],
+                       threads: dict[Var, tuple[int, int]]) -> list[tuple[Expr, int]]:
+        """Infer the region of ``att`` that ``loop`` of ``target`` needs and give it a buffer.
+
+        Readers are ``target`` (its loops inside ``loop`` range) and stages attached at the same
+        loop (their whole region ranges). A shared buffer serves every thread of the block, so the
+        thread loops around it range too."""
         pos = target.leaf_loops.index(loop)
-        inner_ranges = {lvar[lp]: (0, ext[lp] - 1) for lp in target.leaf_loops[pos + 1 :]}
-        reads = [n for n in walk(target.body) if isinstance(n, TensorRead) and n.tensor is att.tensor]
-        region = infer_region(att.tensor, reads, target_axis_value, inner_ranges)
-        buf = Buffer(_cname(att.name), att.tensor.dtype, tuple(e for _, e in region), "local")
+        ranges = {lvar[lp]: (0, ext[lp] - 1) for lp in target.leaf_loops[pos + 1 :]}
+        if att.scope == "shared":
+            ranges.update(threads)
+        uses: list[tuple[list[Expr], dict[Var, tuple[int, int]]]] = []
+        for n in walk(target.body):
+            if isinstance(n, TensorRead) and n.tensor is att.tensor:
+                uses.append(([substitute(i, target_axis_value) for i in n.indices], ranges))
+        for other in self.attached.get(loop, []):
+            if other is att or att.tensor not in other.reads():
+                continue
+            placed = self.placed.get(other.tensor)
+            if placed is None or placed.origin is None:
+                raise ScheduleError(f"{other.name} must be placed before its producer {att.name}")
+            fresh = {a.var: Var(f"{a.name}_r") for a in other.root_axes}
+            o_ranges = dict(ranges)
+            values: dict[Var, Expr] = {}
+            for d, a in enumerate(other.axes):
+                values[a.var] = placed.origin[d] + fresh[a.var]
+                o_ranges[fresh[a.var]] = (0, placed.buffer.shape[d] - 1 - (other.storage_pad if d == len(other.axes) - 1 else 0))
+            for a in other.reduce_axes:
+                values[a.var] = fresh[a.var]
+                o_ranges[fresh[a.var]] = (0, a.extent - 1)
+            for n in walk(other.body):
+                if isinstance(n, TensorRead) and n.tensor is att.tensor:
+                    uses.append(([substitute(i, values) for i in n.indices], o_ranges))
+        region = infer_region(att.tensor, uses)
+        shape = [e for _, e in region]
+        shape[-1] += att.storage_pad
+        scope = "shared" if att.scope == "shared" else "local"
+        buf = Buffer(_cname(att.name), att.tensor.dtype, tuple(shape), scope)
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
         return region
 
@@ -210,45 +261,54 @@ def _rename(s: Stmt, old: Var, new: Var) -> Stmt:
     return map_exprs(s, lambda e: substitute(e, {old: new}))
 
 
-def infer_region(tensor: Tensor, reads: list[TensorRead], axis_value: dict[Var, Expr],
-                 inner_ranges: dict[Var, tuple[int, int]]) -> list[tuple[Expr, int]]:
-    """Per dim of ``tensor``: (start, extent) of the elements ``reads`` touch while the loops in
-    ``inner_ranges`` run; start is symbolic in the outer loops, extent is constant. Dims that
-    cannot be bounded that way fall back to the whole dimension."""
+def infer_region(tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[int, int]]]]
+                 ) -> list[tuple[Expr, int]]:
+    """Per dim of ``tensor``: (start, extent) of the elements the given index tuples touch while
+    the variables in their ranges run; start is symbolic in the other (outer) loops, extent is
+    constant. Dims that cannot be bounded that way fall back to the whole dimension."""
     region: list[tuple[Expr, int]] = []
     for d, size in enumerate(tensor.shape):
-        los: list[tuple[tuple, Expr, int, int]] = []
+        spans: list[tuple[tuple, Expr, int, int]] = []
         ok = True
-        for r in reads:
-            idx = substitute(r.indices[d], axis_value)
-            lin = linear(idx, {})
+        for indices, ranges in uses:
+            lin = linear(indices[d], {})
             sym = type(lin)(const=lin.const)
             lo = hi = 0
             for key, (atom, c) in lin.terms.items():
-                if not (free_vars(atom) & inner_ranges.keys()):
+                if not (free_vars(atom) & ranges.keys()):
                     sym.terms[key] = (atom, c)
                 elif isinstance(atom, Var):
-                    span = c * inner_ranges[atom][1]
-                    lo += min(0, span)
-                    hi += max(0, span)
+                    span = c * (ranges[atom][1] - ranges[atom][0])
+                    lo += min(0, span) + c * ranges[atom][0]
+                    hi += max(0, span) + c * ranges[atom][0]
                 else:
                     ok = False
             if not ok:
                 break
-            los.append((expr_key(simplify(type(lin)(sym.terms).to_expr())), sym.to_expr(), sym.const + lo,
-                        sym.const + hi))
-        if not ok or not los or len({k for k, *_ in los}) != 1:
+            spans.append((expr_key(simplify(type(lin)(sym.terms).to_expr())), sym.to_expr(), sym.const + lo,
+                          sym.const + hi))
+        if not ok or not spans or len({k for k, *_ in spans}) != 1:
             region.append((IntImm(0), size))
             continue
-        lo = min(x[2] for x in los)
-        hi = max(x[3] for x in los)
+        lo = min(x[2] for x in spans)
+        hi = max(x[3] for x in spans)
         extent = hi - lo + 1
         if extent >= size:
             region.append((IntImm(0), size))
             continue
-        base = simplify(los[0][1] - IntImm(los[0][2] - lo) if los[0][2] != lo else los[0][1])
-        region.append((base, extent))
+        base = spans[0][1]
+        region.append((simplify(base - IntImm(spans[0][2] - lo)) if spans[0][2] != lo else simplify(base), extent))
     return region
+
+
+def lower_stages(sch: Schedule, args: list[Tensor]) -> tuple[list[Buffer], list[Buffer], list[Stmt]]:
+    """(argument buffers, intermediate buffers, one simplified nest per root stage): the pieces a
+    GPU backend turns into separate kernel launches."""
+    from .passes import simplify_stmt
+
+    low = _Lowerer(sch, args)
+    heap, nests = low.run_stages()
+    return low.arg_buffers, heap, [simplify_stmt(n) or seq() for n in nests]
 
 
 def lower(sch: Schedule, args: list[Tensor], name: str = "kernel", simplify_ir: bool = True) -> PrimFunc:

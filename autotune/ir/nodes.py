@@ -129,8 +129,14 @@ class IfThen(Stmt):
 
 
 @dataclass(eq=False)
+class Barrier(Stmt):
+    """All threads of a GPU block wait here (``__syncthreads``)."""
+
+
+@dataclass(eq=False)
 class Allocate(Stmt):
-    """A buffer that lives for ``body`` (a stack array when local, heap when global)."""
+    """A buffer that lives for ``body``: a stack array (local; registers on GPU), GPU shared memory
+    (shared) or a kernel-owned heap / workspace buffer (global)."""
 
     buffer: Buffer
     body: Stmt

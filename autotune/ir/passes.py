@@ -19,6 +19,7 @@ from ..te.expr import (
 from ..schedule.state import ScheduleError
 from .nodes import (
     Allocate,
+    Barrier,
     Broadcast,
     For,
     Gather,
@@ -50,6 +51,8 @@ def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
         return Store(s.buffer, fn(s.index), fn(s.value))
     if isinstance(s, VStore):
         return VStore(s.buffer, fn(s.base), fn(s.value), s.lanes)
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(type(s).__name__)
 
 
@@ -84,6 +87,8 @@ def simplify_stmt(s: Stmt, ranges: Ranges | None = None) -> Stmt | None:
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
     if isinstance(s, VStore):
         return VStore(s.buffer, simplify(s.base, ranges), simplify(s.value, ranges), s.lanes)
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(type(s).__name__)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .nodes import Allocate, For, IfThen, PrimFunc, Seq, Stmt, Store, VStore
+from .nodes import Allocate, Barrier, For, IfThen, PrimFunc, Seq, Stmt, Store, VStore
 
 
 def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
@@ -18,6 +18,8 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         b = s.buffer
         head = f"{pad}allocate {b.name}[{b.size}] {b.dtype} {b.scope}"
         return [head] + format_stmt(s.body, indent)
+    if isinstance(s, Barrier):
+        return [f"{pad}barrier"]
     if isinstance(s, Store):
         return [f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}"]
     if isinstance(s, VStore):

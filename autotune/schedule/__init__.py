@@ -10,9 +10,11 @@ from .steps import (
     FuseStep,
     ReorderStep,
     SplitStep,
+    StoragePadStep,
     Step,
     TileStep,
     apply_steps,
+    bind,
     parallel,
     step_from_dict,
     unroll,
@@ -21,6 +23,6 @@ from .steps import (
 
 __all__ = [
     "AnnotateStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep", "FuseStep", "ReorderStep",
-    "Schedule", "ScheduleError", "SplitStep", "Stage", "Step", "TileStep", "apply_steps", "parallel",
+    "Schedule", "ScheduleError", "SplitStep", "StoragePadStep", "Stage", "Step", "TileStep", "apply_steps", "bind", "parallel",
     "step_from_dict", "unroll", "vectorize",
 ]

@@ -66,6 +66,7 @@ class Stage:
         self.inlined = False
         self.attach: tuple[Stage, Loop] | None = None
         self.attached_here: list[Stage] = []  # stages computed at one of this stage's loops
+        self.storage_pad = 0  # elements added to the innermost dim of its buffer (bank conflicts)
 
     @property
     def reduce_axes(self) -> tuple[IterVar, ...]:
@@ -186,14 +187,21 @@ def reorder(stage: Stage, loops: list[Loop]) -> None:
         stage.leaf_loops[pos] = lp
 
 
+THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+
+
 def annotate(stage: Stage, loop: Loop, kind: str) -> None:
-    """Mark a loop parallel / vectorize / unroll."""
-    if kind not in ("parallel", "vectorize", "unroll"):
+    """Mark a loop parallel / vectorize / unroll, or bind it to a GPU thread axis."""
+    if kind not in ("parallel", "vectorize", "unroll") + THREAD_AXES:
         raise ScheduleError(f"unknown annotation {kind!r}")
+    if kind in THREAD_AXES and kind != "vthread":
+        for lp, other in stage.annotations.items():
+            if other == kind and lp is not loop:
+                raise ScheduleError(f"stage {stage.name} binds {kind} twice ({lp} and {loop})")
     _check_leaf(stage, loop)
     if loop in stage.annotations:
         raise ScheduleError(f"loop {loop} is already annotated {stage.annotations[loop]}")
-    if kind in ("parallel", "vectorize") and loop.kind == "reduce":
+    if kind in ("parallel", "vectorize") + THREAD_AXES[:3] and loop.kind == "reduce":
         raise ScheduleError(f"cannot {kind} reduction loop {loop}")
     if kind == "vectorize" and stage.leaf_loops[-1] is not loop:
         raise ScheduleError(f"only the innermost loop can be vectorized ({loop} is not)")
@@ -234,10 +242,11 @@ def compute_at(sch: Schedule, stage: Stage, target: Stage, loop: Loop) -> None:
     if stage.inlined or stage.attach is not None:
         raise ScheduleError(f"stage {stage.name} is already placed")
     consumers = sch.consumers(stage)
-    if consumers != [target]:
+    allowed = [target] + [s for s in target.attached_here if s.attach == (target, loop)]
+    if not consumers or any(c not in allowed for c in consumers):
         raise ScheduleError(
-            f"compute_at needs {target.name} to be the only consumer of {stage.name}, "
-            f"consumers are {[c.name for c in consumers]}"
+            f"compute_at needs every consumer of {stage.name} ({[c.name for c in consumers]}) to be "
+            f"{target.name} or computed at the same loop"
         )
     if target.inlined:
         raise ScheduleError(f"cannot attach to inlined stage {target.name}")
@@ -275,7 +284,7 @@ def cache_read(sch: Schedule, tensor_name: str, readers: list[Stage], layout: tu
     ``layout`` permutes the dims of the copy (``copy[d0', d1', ...] = tensor[...]``), so a strided
     operand can be packed contiguous for the innermost loop (a transposing copy).
     """
-    if scope != "local":
+    if scope not in ("local", "shared"):
         raise ScheduleError(f"unsupported cache scope {scope!r}")
     src = next((t for s in sch.stages for t in s.reads() if t.name == tensor_name), None)
     if src is None:
@@ -285,7 +294,7 @@ def cache_read(sch: Schedule, tensor_name: str, readers: list[Stage], layout: tu
     perm = tuple(range(src.ndim)) if layout is None else tuple(layout)
     if sorted(perm) != list(range(src.ndim)):
         raise ScheduleError(f"layout {perm} is not a permutation of {src.ndim} dims")
-    name = f"{tensor_name}_local"
+    name = f"{tensor_name}_{scope}"
     if any(s.name == name for s in sch.stages):
         raise ScheduleError(f"{tensor_name} already has a read cache")
     shape = tuple(src.shape[p] for p in perm)
@@ -312,3 +321,12 @@ def _redirect_reads(e: Expr, src: Tensor, copy: Tensor, perm: tuple[int, ...]) -
     if all(n is k for n, k in zip(new, kids)):
         return e
     return rebuild(e, new)
+
+
+def storage_pad(stage: Stage, pad: int) -> None:
+    """Pad the innermost dim of a cached stage's buffer by ``pad`` elements."""
+    if stage.scope not in ("local", "shared"):
+        raise ScheduleError(f"storage_pad applies to cache stages, {stage.name} is {stage.scope}")
+    if not isinstance(pad, int) or pad < 0:
+        raise ScheduleError(f"storage pad must be a non-negative integer, got {pad!r}")
+    stage.storage_pad = pad

@@ -92,6 +92,11 @@ class AnnotateStep(Step):
         S.annotate(st, st.loop(self.loop), self.annotation)
 
 
+def bind(stage: str, loop: str, axis: str) -> AnnotateStep:
+    """Bind a loop to a GPU axis: blockIdx.{x,y,z}, threadIdx.{x,y,z} or vthread."""
+    return AnnotateStep(stage, loop, axis)
+
+
 def parallel(stage: str, loop: str) -> AnnotateStep:
     return AnnotateStep(stage, loop, "parallel")
 
@@ -152,6 +157,18 @@ class CacheReadStep(Step):
         S.cache_read(sch, self.tensor, [sch.stage(r) for r in self.readers], self.layout, self.scope)
 
 
+@dataclass(frozen=True)
+class StoragePadStep(Step):
+    """Pad the innermost dim of a cache stage's buffer (against shared-memory bank conflicts)."""
+
+    stage: str
+    pad: int
+    kind: ClassVar[str] = "storage_pad"
+
+    def apply(self, sch: Schedule) -> None:
+        S.storage_pad(sch.stage(self.stage), self.pad)
+
+
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (
@@ -164,6 +181,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         ComputeInlineStep,
         CacheWriteStep,
         CacheReadStep,
+        StoragePadStep,
     )
 }
 
