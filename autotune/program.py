@@ -6,9 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .codegen import CpuRenderer
+from .codegen import CpuRenderer, CudaRenderer
 from .ir import PrimFunc, lower, optimize
-from .schedule import Step, apply_steps
+from .ir.lower import lower_stages
+from .ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLoad, VStore
+from .ir.passes import _walk_deep, check_parallel, map_exprs, simplify_stmt, unroll_loops, vectorize_loops
+from .ir.printer import format_stmt
+from .schedule import ScheduleError, Step, apply_steps
+from .te.expr import Expr
 from .target import Target
 from .te import Workload
 
@@ -34,8 +39,141 @@ def lower_program(workload: Workload, steps: Sequence[Step], target: Target) -> 
 
 
 def build_program(workload: Workload, steps: Sequence[Step], target: Target) -> Program:
-    """Lowered IR and rendered source of one schedule."""
+    """Lowered IR and rendered source of one schedule (CPU)."""
     if target.kind != "cpu":
-        raise NotImplementedError(f"no renderer for target {target.kind!r} yet")
+        raise NotImplementedError(f"build_program is the CPU path; use build_cuda_program for {target.kind!r}")
     func = lower_program(workload, steps, target)
     return Program(func.name, func, CpuRenderer(target.vector_lanes).render(func))
+
+
+@dataclass(frozen=True)
+class CudaKernelPlan:
+    """One kernel of a CUDA program: its name, launch shape and buffer arguments."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """A rendered CUDA program: source, kernels in launch order, buffers (args then workspace)."""
+
+    source: str
+    kernels: tuple[CudaKernelPlan, ...]
+    buffers: tuple[Buffer, ...]
+    n_args: int
+    lowered: str
+
+    def launch_plan(self):  # noqa: ANN201 - autotune.measure.cuda_builder.CudaProgram
+        """The measurement-side description (kernel params as buffer indices)."""
+        from .measure.cuda_builder import CudaProgram, Launch
+
+        index = {b.name: i for i, b in enumerate(self.buffers)}
+        launches = tuple(Launch(k.name, k.grid, k.block, tuple(index[p] for p in k.params)) for k in self.kernels)
+        workspace = tuple(b.size * 4 for b in self.buffers[self.n_args :])
+        return CudaProgram(self.source, launches, workspace)
+
+
+_AXES = "xyz"
+
+
+def _launch_dims(s: Stmt) -> tuple[dict[str, int], dict[str, int]]:
+    grid: dict[str, int] = {}
+    block: dict[str, int] = {}
+    todo = [s]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, Seq):
+            todo.extend(n.stmts)
+        elif isinstance(n, (IfThen, Allocate)):
+            todo.append(n.body)
+        elif isinstance(n, For):
+            if n.kind.startswith("blockIdx."):
+                grid[n.kind] = max(grid.get(n.kind, 1), n.extent)
+            elif n.kind.startswith("threadIdx."):
+                block[n.kind] = max(block.get(n.kind, 1), n.extent)
+            todo.append(n.body)
+    return grid, block
+
+
+def _buffers_used(s: Stmt) -> set[str]:
+    names: set[str] = set()
+
+    def visit(e: Expr) -> Expr:
+        for n in _walk_deep(e):
+            if isinstance(n, (Load, VLoad)):
+                names.add(n.buffer.name)
+        return e
+
+    def stmts(n: Stmt) -> None:
+        if isinstance(n, (Store, VStore)):
+            names.add(n.buffer.name)
+        if isinstance(n, Seq):
+            for c in n.stmts:
+                stmts(c)
+        elif isinstance(n, (For, IfThen, Allocate)):
+            stmts(n.body)
+
+    map_exprs(s, visit)
+    stmts(s)
+    return names
+
+
+@dataclass(frozen=True)
+class GpuKernel:
+    """One lowered GPU kernel before rendering."""
+
+    name: str
+    body: Stmt
+    params: tuple[Buffer, ...]
+    grid: dict
+    block: dict
+
+    @property
+    def threads(self) -> int:
+        n = 1
+        for v in self.block.values():
+            n *= v
+        return n
+
+
+def lower_cuda_kernels(workload: Workload, steps: Sequence[Step], target: Target
+                       ) -> tuple[list[GpuKernel], list[Buffer], list[Buffer]]:
+    """(kernels in launch order, argument buffers, workspace buffers): one kernel per root stage."""
+    sch = apply_steps(workload.outputs, steps)
+    args, heap, nests = lower_stages(sch, workload.args)
+    base = kernel_name(workload)
+    kernels = []
+    for i, nest in enumerate(nests):
+        check_parallel(nest)
+        body = unroll_loops(nest, 64)
+        body = simplify_stmt(body) or Seq([])
+        body = vectorize_loops(body, target.vector_lanes)
+        body = simplify_stmt(body) or Seq([])
+        grid, block = _launch_dims(body)
+        k = GpuKernel(f"{base}_k{i}", body, tuple(b for b in args + heap if b.name in _buffers_used(body)),
+                      grid, block)
+        if k.threads > int(target.fingerprint.get("max_threads_per_block", 1024)):
+            raise ScheduleError(f"{k.threads} threads per block exceed the device limit")
+        kernels.append(k)
+    return kernels, args, heap
+
+
+def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target) -> CudaSource:
+    """Lower a schedule for a GPU and render it as CUDA: one kernel per root stage, in order."""
+    kernels, args, heap = lower_cuda_kernels(workload, steps, target)
+    parts, texts, plans = [], [], []
+    for k in kernels:
+        parts.append(CudaRenderer(k.block, target.vector_lanes).render_kernel(k.name, list(k.params), k.body,
+                                                                              max(k.threads, 1)))
+        texts.append(f"kernel {k.name} grid={k.grid} block={k.block}:\n" + "\n".join(format_stmt(k.body, 1)))
+        plans.append(CudaKernelPlan(
+            k.name,
+            tuple(k.grid.get(f"blockIdx.{a}", 1) for a in _AXES),
+            tuple(k.block.get(f"threadIdx.{a}", 1) for a in _AXES),
+            tuple(b.name for b in k.params),
+        ))
+    source = CudaRenderer().prelude() + "\n" + "\n\n".join(parts) + "\n"
+    return CudaSource(source, tuple(plans), tuple(args + heap), len(args), "\n".join(texts))

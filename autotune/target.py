@@ -22,6 +22,8 @@ class Target:
     @property
     def vector_lanes(self) -> int:
         """float32 lanes of the widest SIMD unit the fingerprint reports."""
+        if self.kind == "cuda":
+            return 4  # float4: 16-byte loads and stores
         isa = set(self.fingerprint.get("isa", ()))
         if "avx512f" in isa:
             return 16
@@ -76,3 +78,21 @@ def cpu_target(compiler: str = "gcc") -> Target:
         "compiler": compiler_version(compiler),
     }
     return make_target("cpu", fp)
+
+
+def cuda_target(device: dict) -> Target:
+    """A CUDA target from a device description (see autotune.measure.cuda_device.query_device):
+    name, arch (e.g. "sm_90", read from the device, never assumed), SM count, limits, versions."""
+    keys = ("name", "arch", "multiprocessors", "max_threads_per_block", "max_shared_per_block",
+            "max_shared_per_block_optin", "registers_per_block", "l2_bytes", "driver_version", "nvcc")
+    fp = {k: device[k] for k in keys if k in device}
+    if "arch" not in fp:
+        raise ValueError("a CUDA target needs the device's arch (e.g. sm_90)")
+    return make_target("cuda", fp)
+
+
+def offline_cuda_target(arch: str = "sm_90") -> Target:
+    """A CUDA target for compiling without a device (tests, code inspection); H100/H200-like limits."""
+    return cuda_target({"name": f"offline {arch}", "arch": arch, "multiprocessors": 132,
+                        "max_threads_per_block": 1024, "max_shared_per_block": 49152,
+                        "max_shared_per_block_optin": 232448, "registers_per_block": 65536})

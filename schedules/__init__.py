@@ -8,6 +8,10 @@ def make_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Tar
     """The search space of ``workload`` on ``target``."""
     if target.kind == "cpu":
         return cpu_space(workload, target)
+    if target.kind == "cuda":
+        from .cuda import cuda_space
+
+        return cuda_space(workload, target)
     raise NotImplementedError(f"no schedule space for target {target.kind!r} yet")
 
 

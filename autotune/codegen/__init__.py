@@ -2,5 +2,6 @@
 
 from .c_base import CStyleRenderer
 from .cpu import CpuRenderer
+from .cuda import CudaRenderer
 
-__all__ = ["CStyleRenderer", "CpuRenderer"]
+__all__ = ["CStyleRenderer", "CpuRenderer", "CudaRenderer"]

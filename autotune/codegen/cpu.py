@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VLoad, VStore
 from ..te.expr import Expr
-from .c_base import C_TYPES, CStyleRenderer
+from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
 _VOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -49,7 +49,7 @@ static inline {v} at_vmin({v} a, {v} b) {{
 
     def heap_alloc(self, b: Buffer) -> tuple[str, str]:
         t = C_TYPES[b.dtype]
-        nbytes = -(-(b.size * 4) // 64) * 64
+        nbytes = -(-(b.size * DTYPE_BYTES[b.dtype]) // 64) * 64
         return (f"{t}* {self.restrict} {b.name} = ({t}*)aligned_alloc(64, {nbytes});", f"free({b.name});")
 
     def vector_expr(self, e: Expr) -> str:

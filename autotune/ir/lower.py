@@ -22,7 +22,7 @@ from ..te.expr import (
 )
 from ..te.tensor import Tensor, reduce_identity
 from .nodes import Allocate, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
-from .simplify import expr_key, linear, simplify
+from .simplify import bounds, expr_key, linear, simplify
 
 _ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll", "vthread": "vthread"}
 THREAD_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -271,18 +271,23 @@ def infer_region(tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[in
         spans: list[tuple[tuple, Expr, int, int]] = []
         ok = True
         for indices, ranges in uses:
+            if any(isinstance(n, (TensorRead, Load)) for n in walk(indices[d])):
+                ok = False  # a data-dependent index: no static bound
+                break
             lin = linear(indices[d], {})
             sym = type(lin)(const=lin.const)
             lo = hi = 0
             for key, (atom, c) in lin.terms.items():
                 if not (free_vars(atom) & ranges.keys()):
                     sym.terms[key] = (atom, c)
-                elif isinstance(atom, Var):
-                    span = c * (ranges[atom][1] - ranges[atom][0])
-                    lo += min(0, span) + c * ranges[atom][0]
-                    hi += max(0, span) + c * ranges[atom][0]
                 else:
-                    ok = False
+                    # a ranging variable, or a div/mod of ranging variables only
+                    b = bounds(atom, ranges) if free_vars(atom) <= ranges.keys() else None
+                    if b is None:
+                        ok = False
+                        continue
+                    lo += min(c * b[0], c * b[1])
+                    hi += max(c * b[0], c * b[1])
             if not ok:
                 break
             spans.append((expr_key(simplify(type(lin)(sym.terms).to_expr())), sym.to_expr(), sym.const + lo,

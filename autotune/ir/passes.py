@@ -155,7 +155,7 @@ def unroll_loops(s: Stmt, max_extent: int = 64) -> Stmt:
         return Seq([unroll_loops(c, max_extent) for c in s.stmts])
     if isinstance(s, For):
         body = unroll_loops(s.body, max_extent)
-        if s.kind == "unroll" and s.extent <= max_extent:
+        if s.kind in ("unroll", "vthread") and s.extent <= max_extent:
             return seq(*[substitute_stmt(body, {s.var: IntImm(i)}) for i in range(s.extent)])
         return For(s.var, s.extent, body, s.kind)
     if isinstance(s, IfThen):
@@ -212,6 +212,13 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
     raise _NotVectorizable(type(e).__name__)
 
 
+def _float32_only(st: Store) -> bool:
+    """Vector code is float32 lanes: every buffer touched must be float32."""
+    return st.buffer.dtype == "float32" and all(
+        n.buffer.dtype == "float32" for n in _walk_deep(st.value) if isinstance(n, Load)
+    )
+
+
 def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
     """Turn ``vectorize`` loops into vector stores when the body allows; else keep a loop marked
     ``simd`` for the compiler's own vectorizer."""
@@ -226,7 +233,7 @@ def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
     if s.kind != "vectorize":
         return For(s.var, s.extent, vectorize_loops(s.body, lanes), s.kind)
     stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
-    if s.extent % lanes or not all(isinstance(x, Store) for x in stores):
+    if s.extent % lanes or not all(isinstance(x, Store) and _float32_only(x) for x in stores):
         return For(s.var, s.extent, s.body, "simd")
     chunks = []
     try:

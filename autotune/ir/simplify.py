@@ -18,6 +18,7 @@ from ..te.expr import (
     IntImm,
     Not,
     Select,
+    TensorRead,
     Var,
     children,
     rebuild,
@@ -40,6 +41,8 @@ def expr_key(e: Expr) -> tuple:
         return ("f", e.value)
     if isinstance(e, Load):
         return ("ld", id(e.buffer), expr_key(e.index))
+    if isinstance(e, TensorRead):
+        return ("rd", id(e.tensor)) + tuple(expr_key(i) for i in e.indices)
     head = (type(e).__name__, getattr(e, "op", None), getattr(e, "name", None))
     return head + tuple(expr_key(c) for c in children(e))
 
@@ -70,6 +73,22 @@ class Linear:
 
     def is_const(self) -> bool:
         return not self.terms
+
+    def merge_divmod(self) -> Linear:
+        """Rewrite ``c*d*(x // d) + c*(x % d)`` as ``c*x`` (undoes a fuse followed by a split)."""
+        out = Linear(self.terms, self.const)
+        for key, (atom, k) in list(self.terms.items()):
+            if key not in out.terms or not (isinstance(atom, Binary) and atom.op == "floordiv"):
+                continue
+            if not isinstance(atom.b, IntImm) or k % atom.b.value:
+                continue
+            d = atom.b.value
+            mod_key = expr_key(Binary("mod", atom.a, atom.b))
+            if mod_key in out.terms and out.terms[mod_key][1] * d == k:
+                c = k // d
+                del out.terms[key], out.terms[mod_key]
+                out = out.add(linear(atom.a, {}).scale(c))
+        return out
 
     def to_expr(self) -> Expr:
         pos = [(a, c) for a, c in self.terms.values() if c > 0]
@@ -238,7 +257,7 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     if isinstance(e, (IntImm, FloatImm, Var)):
         return e
     if isinstance(e, Binary) and e.dtype in INT_DTYPES:
-        return linear(e, ranges).to_expr()
+        return linear(e, ranges).merge_divmod().to_expr()
     if isinstance(e, Compare):
         return _simplify_compare(e, ranges)
     if isinstance(e, Not):

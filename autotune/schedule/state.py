@@ -258,7 +258,7 @@ def cache_write(sch: Schedule, stage: Stage, scope: str = "local") -> Stage:
     """Compute the stage into a ``scope`` buffer; the stage becomes a copy out of it."""
     if scope != "local":
         raise ScheduleError(f"unsupported cache scope {scope!r}")
-    if stage.relations or stage.annotations or stage.attach or stage.inlined:
+    if stage.relations or stage.annotations or stage.attach or stage.inlined or stage.attached_here:
         raise ScheduleError(f"cache_write must come before other steps on {stage.name}")
     if stage.scope != "global":
         raise ScheduleError(f"{stage.name} is already a cache")

@@ -1,0 +1,93 @@
+"""CUDA renderer: the C-style renderer with GPU thread binding, shared memory, barriers, float4."""
+
+from __future__ import annotations
+
+from ..ir.nodes import Allocate, Barrier, Broadcast, Buffer, For, Gather, Stmt, VBinary, VLoad, VStore
+from ..ir.simplify import linear
+from ..te.expr import Expr
+from .c_base import C_TYPES, CStyleRenderer
+
+_PRELUDE = """#define AT_INF __int_as_float(0x7f800000)
+__device__ __forceinline__ float4 at_bcast4(float x) { return make_float4(x, x, x, x); }
+__device__ __forceinline__ float4 at_add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ __forceinline__ float4 at_sub4(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
+__device__ __forceinline__ float4 at_mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+__device__ __forceinline__ float4 at_div4(float4 a, float4 b) { return make_float4(a.x / b.x, a.y / b.y, a.z / b.z, a.w / b.w); }
+__device__ __forceinline__ float4 at_max4(float4 a, float4 b) { return make_float4(fmaxf(a.x, b.x), fmaxf(a.y, b.y), fmaxf(a.z, b.z), fmaxf(a.w, b.w)); }
+__device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_float4(fminf(a.x, b.x), fminf(a.y, b.y), fminf(a.z, b.z), fminf(a.w, b.w)); }
+"""
+
+
+def aligned(index: Expr, lanes: int) -> bool:
+    """True when ``index`` is provably a multiple of ``lanes`` (every coefficient and the constant)."""
+    lin = linear(index, {})
+    return lin.const % lanes == 0 and all(c % lanes == 0 for _, c in lin.terms.values())
+
+
+class CudaRenderer(CStyleRenderer):
+    """``extern "C" __global__`` kernels; loops bound to blockIdx/threadIdx become index reads."""
+
+    def __init__(self, block_dims: dict[str, int] | None = None, lanes: int = 4) -> None:
+        self.block_dims = block_dims or {}
+        self.lanes = lanes
+
+    def prelude(self) -> str:
+        return _PRELUDE
+
+    def float_literal(self, value: float, dtype: str) -> str:
+        text = super().float_literal(value, dtype)
+        return text.replace("-INFINITY", "(-AT_INF)").replace("INFINITY", "AT_INF")
+
+    def render_kernel(self, name: str, params: list[Buffer], body: Stmt, threads: int) -> str:
+        """One kernel; ``threads`` is the block size for __launch_bounds__."""
+        sig = ", ".join(f"{C_TYPES[b.dtype]}* {self.restrict} {b.name}" for b in params)
+        lines = [f'extern "C" __global__ void __launch_bounds__({threads}) {name}({sig}) {{']
+        lines += self.stmt(body, 1)
+        lines.append("}")
+        return "\n".join(lines)
+
+    def stmt(self, s: Stmt, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        if isinstance(s, For) and (s.kind.startswith("threadIdx") or s.kind.startswith("blockIdx")):
+            v = s.var.name
+            out = [f"{pad}{{", f"{pad}  int {v} = {s.kind};"]
+            if s.kind.startswith("threadIdx") and s.extent < self.block_dims.get(s.kind, s.extent):
+                return out + [f"{pad}  if ({v} < {s.extent}) {{"] + self.stmt(s.body, depth + 2) + [
+                    f"{pad}  }}", f"{pad}}}"]
+            return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+        if isinstance(s, Barrier):
+            return [f"{pad}__syncthreads();"]
+        if isinstance(s, Allocate) and s.buffer.scope in ("local", "shared"):
+            qual = "__shared__ " if s.buffer.scope == "shared" else ""
+            decl = f"{qual}{C_TYPES[s.buffer.dtype]} {s.buffer.name}[{s.buffer.size}] __align__(16);"
+            return [pad + "{", pad + self.indent_unit + decl] + self.stmt(s.body, depth + 1) + [pad + "}"]
+        if isinstance(s, Allocate):
+            raise ValueError(f"global buffer {s.buffer.name} inside a CUDA kernel: it must be a workspace")
+        return super().stmt(s, depth)
+
+    def loop_pragma(self, s: For) -> str | None:
+        if s.kind in ("unroll", "vthread"):
+            return "#pragma unroll"
+        return None
+
+    def vector_expr(self, e: Expr) -> str:
+        if isinstance(e, VLoad):
+            b = self.expr(e.base)
+            if aligned(e.base, 4) and e.lanes == 4:
+                return f"(*(const float4*)({e.buffer.name} + {b}))"
+            return "make_float4(" + ", ".join(f"{e.buffer.name}[{b} + {i}]" for i in range(e.lanes)) + ")"
+        if isinstance(e, Broadcast):
+            return f"at_bcast4({self.expr(e.value)})"
+        if isinstance(e, VBinary):
+            return f"at_{e.op}4({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, Gather):
+            return "make_float4(" + ", ".join(self.expr(x) for x in e.elems) + ")"
+        return super().vector_expr(e)
+
+    def vector_store(self, s: VStore) -> str:
+        b = self.expr(s.base)
+        v = self.expr(s.value)
+        if aligned(s.base, 4):
+            return f"*(float4*)({s.buffer.name} + {b}) = {v};"
+        return "{ float4 at_t = " + v + "; " + " ".join(
+            f"{s.buffer.name}[{b} + {i}] = at_t.{c};" for i, c in enumerate("xyzw")) + " }"

@@ -1,0 +1,219 @@
+"""GPU schedule-space generator: the same analysis as the CPU rules, GPU tiling on top.
+
+Rules:
+- inline every injective producer (a select costs little on a GPU);
+- a reduction with data reuse gets "SSSRRSRS"-style tiling: each spatial axis split into block /
+  thread / virtual-thread / inner levels, each reduction axis into an outer level (one shared-memory
+  tile per step) and an inner level; the accumulator lives in registers (cache_write local, or the
+  reduction itself when an elementwise epilogue is fused into the tile); every reused operand is
+  staged in shared memory, fetched cooperatively by the whole block (optionally 16 bytes a thread),
+  with optional padding of its rows against bank conflicts;
+- every other stage: its spatial loops fused and spread over blocks x threads (x 4 lanes when the
+  extent allows float4), one output element (or 4) a thread.
+Virtual threads are per-thread sub-tiles, lowered as unrolled loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.ir.simplify import linear
+from autotune.schedule import (
+    CacheReadStep,
+    CacheWriteStep,
+    ComputeAtStep,
+    ComputeInlineStep,
+    FuseStep,
+    ReorderStep,
+    SplitStep,
+    Stage,
+    Step,
+    StoragePadStep,
+    bind,
+    unroll,
+    vectorize,
+)
+from autotune.te.expr import TensorRead, walk
+
+from .sketch import Sketch
+from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
+
+THREAD_CHOICES = (64, 128, 256, 512, 1024)
+
+
+class CudaSketch(Sketch):
+    """GPU rules; turns configs into steps."""
+
+    @property
+    def max_threads(self) -> int:
+        return int(self.target.fingerprint.get("max_threads_per_block", 1024))
+
+    @property
+    def max_shared(self) -> int:
+        # static __shared__ arrays are limited to the default per-block size (48 KiB)
+        return int(self.target.fingerprint.get("max_shared_per_block", 49152))
+
+    # --- the space ------------------------------------------------------------------------------
+    def space(self) -> SearchSpace:
+        if self.mode not in ("cache_write", "epilogue"):
+            knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
+            return SearchSpace(f"cuda/simple/{self.workload.name}", knobs, self.steps,
+                               [("vector_width", self._simple_vector_ok)])
+        knobs: list = [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
+        knobs += [SplitKnob(f"tile_{a}", e, 2) for a, e in zip(self.reduce_axes, self.reduce_extents)]
+        knobs += [ChoiceKnob("fetch_vector", (1, 4)), ChoiceKnob("pad", (0, 4)), ChoiceKnob("unroll_k", (0, 1))]
+        constraints = [
+            ("threads_per_block", self._threads_ok),
+            ("registers", lambda c: self._per_thread(c) <= 128),
+            ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
+            ("fetch_vector", self._fetch_ok),
+            ("unroll_k", lambda c: not c["unroll_k"] or math.prod(self._t(c, r)[1] for r in self.reduce_axes) <= 32),
+        ]
+        return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
+
+    def _t(self, c: Config, axis: str) -> list[int]:
+        return c[f"tile_{axis}"]
+
+    def _threads(self, c: Config) -> int:
+        return math.prod(self._t(c, a)[1] for a in self.axes)
+
+    def _threads_ok(self, c: Config) -> bool:
+        n = self._threads(c)
+        return 32 <= n <= self.max_threads or (n < 32 and n == math.prod(self.extents))
+
+    def _per_thread(self, c: Config) -> int:
+        return math.prod(self._t(c, a)[2] * self._t(c, a)[3] for a in self.axes)
+
+    def _shared_regions(self, c: Config) -> list[list[int]]:
+        """Extent per dim of each shared operand's tile, from its index expressions."""
+        ranges = {}
+        anchor = self.anchor
+        for ax, a in zip(anchor.axes, self.axes):
+            t = self._t(c, a)
+            ranges[ax.var] = t[1] * t[2] * t[3] - 1
+        for ax, r in zip(anchor.reduce_axes, self.reduce_axes):
+            ranges[ax.var] = self._t(c, r)[1] - 1
+        out = []
+        for r in _reads(anchor):
+            if r.tensor.name not in self.pack_candidates:
+                continue
+            dims = []
+            for d, idx in enumerate(r.indices):
+                lin = linear(idx, {})
+                span = sum(abs(k) * ranges.get(atom, 0) for atom, k in lin.terms.values())
+                dims.append(min(span + 1, r.tensor.shape[d]))
+            out.append(dims)
+        return out
+
+    def _shared_bytes(self, c: Config) -> int:
+        return sum(4 * math.prod(d[:-1]) * (d[-1] + c["pad"]) for d in self._shared_regions(c))
+
+    def _fetch_ok(self, c: Config) -> bool:
+        if c["fetch_vector"] == 1:
+            return True
+        return all(d[-1] % 4 == 0 for d in self._shared_regions(c))
+
+    def _simple_vector_ok(self, c: Config) -> bool:
+        return c["vector"] == 1 or all(
+            s.tensor.shape[-1] % 4 == 0 for s in self._root_stages() if not s.is_reduction
+        )
+
+    def _root_stages(self) -> list[Stage]:
+        return [s for s in self.sch.stages if s.name not in self.inline_always + self.inline_knob]
+
+    # --- config -> steps --------------------------------------------------------------------------
+    def steps(self, c: Config) -> list[Step]:
+        steps: list[Step] = [ComputeInlineStep(n) for n in self.inline_always + self.inline_knob]
+        if self.mode not in ("cache_write", "epilogue"):
+            for st in self._root_stages():
+                steps += _spread(st, c["threads"], c["vector"])
+            return steps
+        T, R = self.tile_stage, self.compute_stage
+        if self.mode == "cache_write":
+            steps.append(CacheWriteStep(self.anchor.name))
+        shared = list(self.pack_candidates)
+        for name in shared:
+            steps.append(CacheReadStep(name, (R,), None, "shared"))
+        b, t, v, i = [], [], [], []
+        for ta, a in zip(self.tile_axes, self.axes):
+            f = self._t(c, a)
+            steps += [SplitStep(T, ta, f[1] * f[2] * f[3]), SplitStep(T, f"{ta}.1", f[2] * f[3]),
+                      SplitStep(T, f"{ta}.1.1", f[3])]
+            b.append(f"{ta}.0")
+            t.append(f"{ta}.1.0")
+            v.append(f"{ta}.1.1.0")
+            i.append(f"{ta}.1.1.1")
+        steps.append(ReorderStep(T, tuple(b + t + v + i)))
+        steps += _fuse_bind(T, b, "blockIdx.x") + _fuse_bind(T, t, "threadIdx.x")
+        thread_loop = "@".join(t)
+        steps.append(ComputeAtStep(R, T, thread_loop))
+        steps += [unroll(T, x) for x in v + i[:-1]]
+        steps.append(vectorize(T, i[-1]) if self._t(c, self.axes[-1])[3] % 4 == 0 else unroll(T, i[-1]))
+        r0, r1, rv, ri = [], [], [], []
+        for r in self.reduce_axes:
+            steps.append(SplitStep(R, r, self._t(c, r)[1]))
+            r0.append(f"{r}.0")
+            r1.append(f"{r}.1")
+        for a in self.axes:
+            steps.append(SplitStep(R, a, self._t(c, a)[3]))
+            rv.append(f"{a}.0")
+            ri.append(f"{a}.1")
+        steps.append(ReorderStep(R, tuple(r0 + r1 + rv + ri)))
+        steps += [bind(R, x, "vthread") for x in rv]
+        steps += [unroll(R, x) for x in ri[:-1]]
+        steps.append(vectorize(R, ri[-1]) if self._t(c, self.axes[-1])[3] % 4 == 0 else unroll(R, ri[-1]))
+        if c["unroll_k"]:
+            steps += [unroll(R, x) for x in r1]
+        threads = self._threads(c)
+        for name in shared:
+            sh = f"{name}_shared"
+            steps.append(ComputeAtStep(sh, R, r0[-1]))
+            ndim = next(r.tensor.ndim for r in _reads(self.anchor) if r.tensor.name == name)
+            steps += _cooperative_fetch(sh, ndim, threads, c["fetch_vector"])
+            if c["pad"]:
+                steps.append(StoragePadStep(sh, c["pad"]))
+        return steps
+
+
+def _reads(stage: Stage) -> list[TensorRead]:
+    return [n for n in walk(stage.body) if isinstance(n, TensorRead)]
+
+
+def _fuse_bind(stage: str, loops: list[str], axis: str) -> list[Step]:
+    steps: list[Step] = [FuseStep(stage, tuple(loops))] if len(loops) > 1 else []
+    return steps + [bind(stage, "@".join(loops), axis)]
+
+
+def _cooperative_fetch(stage: str, ndim: int, threads: int, vec: int) -> list[Step]:
+    """All threads of the block copy the tile together: fused loop -> [serial, threadIdx.x, lanes]."""
+    names = [f"a{d}" for d in range(ndim)]
+    steps: list[Step] = [FuseStep(stage, tuple(names))] if ndim > 1 else []
+    f = "@".join(names)
+    if vec > 1:
+        steps += [SplitStep(stage, f, vec), vectorize(stage, f"{f}.1")]
+        f = f"{f}.0"
+    steps += [SplitStep(stage, f, threads), bind(stage, f"{f}.1", "threadIdx.x")]
+    return steps
+
+
+def _spread(stage: Stage, threads: int, vec: int) -> list[Step]:
+    """Spatial loops fused and spread over blocks and threads (and float4 lanes)."""
+    names = [a.name for a in stage.axes]
+    steps: list[Step] = [FuseStep(stage.name, tuple(names))] if len(names) > 1 else []
+    f = "@".join(names)
+    if stage.is_reduction:
+        vec = 1  # the spatial loop sits outside the reduction: nothing to vectorize
+    if vec > 1:
+        steps += [SplitStep(stage.name, f, vec)]
+        lanes, f = f"{f}.1", f"{f}.0"
+    steps += [SplitStep(stage.name, f, threads), bind(stage.name, f"{f}.0", "blockIdx.x"),
+              bind(stage.name, f"{f}.1", "threadIdx.x")]
+    if vec > 1:
+        # the lane loop must be innermost: it already is (split order outer -> inner)
+        steps.append(vectorize(stage.name, lanes))
+    return steps
+
+
+def cuda_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Target
+    """The GPU search space of a workload."""
+    return CudaSketch(workload, target).space()

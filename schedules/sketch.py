@@ -1,0 +1,104 @@
+"""Workload analysis shared by every target's space generator: which producers to inline, which
+reduction gets multi-level tiling, and whether its consumer is a fusable epilogue."""
+
+from __future__ import annotations
+
+from autotune.schedule import Schedule, Stage
+from autotune.target import Target
+from autotune.te import Workload
+from autotune.te.expr import Select, TensorRead, free_vars, walk
+
+
+def _reads(stage: Stage) -> list[TensorRead]:
+    return [n for n in walk(stage.body) if isinstance(n, TensorRead)]
+
+
+def _has_select(stage: Stage) -> bool:
+    return any(isinstance(n, Select) for n in walk(stage.body))
+
+
+def _has_reuse(stage: Stage) -> bool:
+    """Some input is read with indices that miss a spatial axis (so tiling reuses it)."""
+    spatial = {a.var for a in stage.axes}
+    return stage.is_reduction and any(
+        not spatial <= set().union(*(free_vars(i) for i in r.indices)) for r in _reads(stage)
+    )
+
+
+class Sketch:
+    """The structure of one workload that the space rules work from (target-independent)."""
+
+    def __init__(self, workload: Workload, target: Target) -> None:
+        self.workload = workload
+        self.target = target
+        self.lanes = target.vector_lanes
+        self.cores = target.cores
+        sch = Schedule(workload.outputs)
+        self.sch = sch
+        self.inline_always: list[str] = []
+        self.inline_knob: list[str] = []
+        for st in sch.stages:
+            if not st.is_output and not st.is_reduction:
+                (self.inline_knob if _has_select(st) else self.inline_always).append(st.name)
+        anchors = [st for st in sch.stages if _has_reuse(st)]
+        self.anchor = anchors[0] if len(anchors) == 1 else None
+        self.mode = "simple"
+        self.tile_stage = self.compute_stage = ""
+        if self.anchor is not None:
+            self._plan_tiling(self.anchor)
+
+    def _plan_tiling(self, anchor: Stage) -> None:
+        inlined = set(self.inline_always) | set(self.inline_knob)
+        consumers = [
+            s for s in self.sch.stages
+            if s.name not in inlined and s is not anchor and self._reads_through(s, anchor, inlined)
+        ]
+        if anchor.is_output:
+            self.mode = "cache_write"
+            self.tile_stage, self.compute_stage = anchor.name, anchor.name + "_local"
+        elif (
+            len(consumers) == 1
+            and consumers[0].is_output
+            and not consumers[0].is_reduction
+            and consumers[0].tensor.shape == anchor.tensor.shape
+        ):
+            self.mode = "epilogue"
+            self.tile_stage, self.compute_stage = consumers[0].name, anchor.name
+        else:
+            return
+        self.tile_axes = [a.name for a in self.sch.stage(self.tile_stage).axes]
+        self.axes = [a.name for a in anchor.axes]
+        self.extents = list(anchor.tensor.shape)
+        self.reduce_axes = [a.name for a in anchor.reduce_axes]
+        self.reduce_extents = [a.extent for a in anchor.reduce_axes]
+        # operands that could be packed: inputs of the anchor with reuse
+        self.pack_candidates: dict[str, tuple[tuple[int, ...], set[str]]] = {}
+        spatial = {a.var: a.name for a in anchor.axes}
+        reduce = {a.var: a.name for a in anchor.reduce_axes}
+        last = anchor.axes[-1].var
+        for r in _reads(anchor):
+            if r.tensor.name in inlined or not r.tensor.is_placeholder:
+                continue
+            used = set().union(*(free_vars(i) for i in r.indices))
+            if set(spatial) <= used:
+                continue
+            dims = list(range(r.tensor.ndim))
+            last_dim = next((d for d, i in enumerate(r.indices) if last in free_vars(i)), None)
+            if last_dim is not None:
+                dims.remove(last_dim)
+                dims.append(last_dim)
+            deps = {spatial.get(v) or reduce.get(v) for v in used if v in spatial or v in reduce}
+            self.pack_candidates[r.tensor.name] = (tuple(dims), deps)
+
+    def _reads_through(self, stage: Stage, producer: Stage, inlined: set[str]) -> bool:
+        """Does ``stage`` read ``producer`` directly or through stages that will be inlined?"""
+        todo, seen = [stage], set()
+        while todo:
+            st = todo.pop()
+            for t in st.reads():
+                if t is producer.tensor:
+                    return True
+                if t.name in inlined and t.name not in seen:
+                    seen.add(t.name)
+                    todo.append(self.sch.stage(t.name))
+        return False

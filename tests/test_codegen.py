@@ -1,0 +1,267 @@
+"""C code generation: pinned constructs of the CPU renderer (not whole sources), real SIMD code from
+gcc, and the CPU schedule space end to end (sampled configs compile and compute the right thing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune import te
+from autotune.program import build_program
+from autotune.schedule import (
+    CacheReadStep,
+    CacheWriteStep,
+    ComputeAtStep,
+    ComputeInlineStep,
+    FuseStep,
+    ReorderStep,
+    SplitStep,
+    apply_steps,
+    parallel,
+    unroll,
+    vectorize,
+)
+from autotune.target import make_target
+from schedules import make_space
+
+LOCAL = "matmul_local"
+
+
+def matmul_steps(tile_i: int = 16, tile_j: int = 32, tile_k: int = 16, reg_i: int = 4,
+                 reg_j: int = 16) -> list:
+    """A hand-written GEMM schedule: local accumulator per (i, j) tile, B packed per k tile,
+    register tile reg_i x reg_j (rows unrolled, columns vectorized), outer tiles fused + parallel."""
+    return [
+        CacheWriteStep("matmul"), CacheReadStep("B", (LOCAL,)),
+        SplitStep("matmul", "i", tile_i), SplitStep("matmul", "j", tile_j),
+        ReorderStep("matmul", ("i.0", "j.0", "i.1", "j.1")), ComputeAtStep(LOCAL, "matmul", "j.0"),
+        SplitStep(LOCAL, "k", tile_k), SplitStep(LOCAL, "i", reg_i), SplitStep(LOCAL, "j", reg_j),
+        ReorderStep(LOCAL, ("k.0", "j.0", "i.0", "k.1", "i.1", "j.1")),
+        ComputeAtStep("B_local", LOCAL, "j.0"),
+        unroll(LOCAL, "i.1"), vectorize(LOCAL, "j.1"), vectorize("matmul", "j.1"), vectorize("B_local", "a1"),
+        FuseStep("matmul", ("i.0", "j.0")), parallel("matmul", "i.0@j.0"),
+    ]
+
+
+def kernel_body(prog) -> str:  # noqa: ANN001
+    """The kernel function's text, without the prelude of helpers."""
+    head = f"void {prog.kernel_name}(void** args) {{"
+    assert prog.source.count(head) == 1
+    return prog.source.split(head, 1)[1]
+
+
+# --- pinned constructs -------------------------------------------------------------------------------------
+def test_matmul_kernel_constructs(check_kernel, host_target) -> None:  # noqa: ANN001
+    lanes = host_target.vector_lanes
+    wl = te.make_workload("matmul", [64, 64, 64])
+    prog = check_kernel(wl, matmul_steps())
+    assert prog.source.startswith("#include <math.h>")
+    assert f"typedef float at_f32x{lanes} __attribute__((vector_size({4 * lanes})));" in prog.source
+    src = kernel_body(prog)
+    assert "float* __restrict__ A = (float*)args[0];" in src
+    assert "float* __restrict__ matmul = (float*)args[2];" in src
+    # one parallel region, over the fused outer tiles (4 x 2)
+    assert src.count("#pragma omp parallel for") == 1
+    lines = src.splitlines()
+    pragma = next(i for i, ln in enumerate(lines) if "#pragma omp parallel for" in ln)
+    assert "for (int matmul_i_0_j_0 = 0; matmul_i_0_j_0 < 8; ++matmul_i_0_j_0)" in lines[pragma + 1]
+    # stack buffers, 64-byte aligned: the 16 x 32 accumulator and the 16 x 16 packed B tile
+    assert f"float {LOCAL}[512] __attribute__((aligned(64)));" in src
+    assert "float B_local[256] __attribute__((aligned(64)));" in src
+    assert "malloc" not in src
+    # vector code: loads of the packed tile, broadcasts of A, vector stores of the accumulator
+    assert "at_vload(B_local + " in src and "at_bcast(A[" in src
+    assert "at_vstore(matmul + " in src and "at_vload(matmul_local + " in src
+    # the unrolled register rows: no loop and no variable left, 4 copies of the update
+    assert "matmul_local_i_1" not in src
+    update = [ln for ln in lines if ln.strip().startswith(f"at_vstore({LOCAL} + ") and "at_bcast(A[" in ln]
+    assert len(update) == 4 * (16 // lanes)
+    assert "#pragma omp simd" not in src  # every vectorized loop divides into whole vectors
+
+
+def elementwise_program(host_target, n: int, inner: int):  # noqa: ANN001, ANN201
+    wl = te.make_workload("bias_add_relu", [6, n])
+    steps = [ComputeInlineStep("bias_add"), SplitStep("relu", "i1", inner), vectorize("relu", "i1.1"),
+             FuseStep("relu", ("i0", "i1.0")), parallel("relu", "i0@i1.0")]
+    return wl, steps, build_program(wl, steps, host_target)
+
+
+def test_elementwise_vector_constructs(check_kernel, host_target) -> None:  # noqa: ANN001
+    wl, steps, prog = elementwise_program(host_target, 48, 16)
+    src = kernel_body(prog)
+    check_kernel(wl, steps)
+    assert "#pragma omp parallel for" in src
+    assert "at_vmax(" in src and "at_bcast(0.0f)" in src  # relu as a lane-wise max
+    assert "at_vload(x + " in src and "at_vload(bias + " in src and "at_vstore(relu + " in src
+    assert "#pragma omp simd" not in src and "relu_i1_1" not in src
+
+
+@pytest.mark.parametrize("n,inner", [(21, 7), (35, 5)])
+def test_simd_fallback_for_partial_vectors(check_kernel, host_target, n: int, inner: int) -> None:  # noqa: ANN001
+    wl, steps, prog = elementwise_program(host_target, n, inner)
+    src = kernel_body(prog)
+    check_kernel(wl, steps)
+    lines = src.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "#pragma omp simd" in ln)
+    assert f"for (int relu_i1_1 = 0; relu_i1_1 < {inner}; ++relu_i1_1)" in lines[at + 1]
+    assert "at_vstore(" not in src and "at_vload(" not in src
+
+
+def test_unroll_constructs(check_kernel, host_target) -> None:  # noqa: ANN001
+    wl = te.make_workload("add_relu_mul", [4, 100])
+    steps = [ComputeInlineStep("add"), ComputeInlineStep("relu"), SplitStep("add_relu_mul", "i1", 5),
+             unroll("add_relu_mul", "i1.1"), unroll("add_relu_mul", "i0")]
+    src = kernel_body(check_kernel(wl, steps))
+    assert "add_relu_mul_i1_1" not in src and "add_relu_mul_i0" not in src  # fully unrolled: copies
+    assert src.count("add_relu_mul[") == 4 * 5
+    # an unroll annotation on a loop too long to copy stays a loop with a compiler hint
+    wl = te.make_workload("add_relu_mul", [3, 100])
+    steps = [ComputeInlineStep("add"), ComputeInlineStep("relu"), unroll("add_relu_mul", "i1")]
+    src = kernel_body(check_kernel(wl, steps))
+    assert "#pragma GCC unroll 64" in src
+    assert "for (int add_relu_mul_i1 = 0; add_relu_mul_i1 < 100; ++add_relu_mul_i1)" in src
+
+
+def test_heap_buffer_for_root_intermediate(check_kernel) -> None:  # noqa: ANN001
+    wl = te.make_workload("dense_bias_relu", [5, 9, 7])
+    src = kernel_body(check_kernel(wl, []))
+    for name, size in (("dense", 45), ("bias_add", 45)):
+        m = re.search(rf"float\* __restrict__ {name} = \(float\*\)aligned_alloc\(64, (\d+)\);", src)
+        assert m, src
+        nbytes = int(m.group(1))
+        assert nbytes >= 4 * size and nbytes % 64 == 0
+        assert f"free({name});" in src
+
+
+def f64_workload(n: int, m: int, with_intermediate: bool):  # noqa: ANN201
+    x = te.placeholder((n, m), "float64", "x")
+    src = te.compute((n, m), lambda a, b: x[a, b] * 2.0, name="twice") if with_intermediate else x
+    out = te.compute((n, m), lambda a, b: src[a, b] + 1.0, name="out")
+    scale = 2.0 if with_intermediate else 1.0
+    return te.Workload("f64", [x], [out], lambda x: [scale * x + 1.0])
+
+
+def test_float64_scalar_kernel(check_kernel) -> None:  # noqa: ANN001
+    prog = check_kernel(f64_workload(5, 16, False), [])
+    assert "double* __restrict__ x = (double*)args[0];" in prog.source
+
+
+def test_float64_heap_buffer_is_large_enough(host_target) -> None:  # noqa: ANN001
+    prog = build_program(f64_workload(5, 16, True), [], host_target)
+    m = re.search(r"double\* __restrict__ twice = \(double\*\)aligned_alloc\(64, (\d+)\);", prog.source)
+    assert m and int(m.group(1)) >= 8 * 5 * 16
+
+
+def test_float64_vectorized_loop(check_kernel) -> None:  # noqa: ANN001
+    check_kernel(f64_workload(5, 16, False), [SplitStep("out", "b", 16), vectorize("out", "b.1")])
+
+
+# --- real SIMD from gcc -------------------------------------------------------------------------------------
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= _cpu_flags() or shutil.which("gcc") is None,
+                    reason="needs gcc and a CPU with AVX2 + FMA")
+def test_vectorized_matmul_compiles_to_fma_on_ymm(tmp_path) -> None:  # noqa: ANN001
+    fingerprint = {"model": "avx2-test", "arch": "x86_64", "isa": ["avx", "avx2", "fma"], "cores": 2}
+    avx2 = make_target("cpu", fingerprint)
+    assert avx2.vector_lanes == 8  # 256-bit vectors: ymm registers
+    prog = build_program(te.make_workload("matmul", [64, 64, 64]), matmul_steps(), avx2)
+    src = tmp_path / "kernel.c"
+    src.write_text(prog.source)
+    asm = tmp_path / "kernel.s"
+    proc = subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-S", "-o", str(asm), str(src)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    fma = [ln for ln in asm.read_text().splitlines() if "vfmadd" in ln]
+    assert fma, "no FMA instruction in the vectorized kernel"
+    assert any("%ymm" in ln for ln in fma), fma[:5]
+
+
+# --- the CPU schedule space --------------------------------------------------------------------------------
+SPACES = {"matmul": [64, 64, 64], "conv2d": [1, 8, 10, 10, 8, 3, 3, 1, 1]}
+
+
+@pytest.mark.parametrize("op", sorted(SPACES))
+def test_sampled_configs_build_and_verify(check_kernel, host_target, op: str) -> None:  # noqa: ANN001
+    wl = te.make_workload(op, SPACES[op])
+    space = make_space(wl, host_target)
+    assert space.raw_size > 1
+    rng = np.random.default_rng()
+    widths = set()
+    for _ in range(5):
+        cfg = space.sample(rng)
+        assert space.is_valid(cfg) and space.violated(cfg) == []
+        assert json.loads(json.dumps(cfg)) == cfg  # stores as JSON
+        widths.add(len(space.encode(cfg)))
+        prog = check_kernel(wl, space.steps(cfg))
+        assert "#pragma omp parallel for" in prog.source, cfg
+    assert widths == {len(space.encode(space.sample(rng)))}
+
+
+def tiny_space(host_target):  # noqa: ANN001, ANN201
+    wl = te.make_workload("matmul", [8, 8, 8])
+    return wl, make_space(wl, host_target)
+
+
+def test_grid_iteration_yields_only_valid_configs(host_target) -> None:  # noqa: ANN001
+    wl, space = tiny_space(host_target)
+    configs = list(space)
+    assert space.size() == len(configs) > 1
+    assert len(configs) < space.raw_size  # the constraints removed something
+    assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
+    names = {k.name for k in space.knobs}
+    for cfg in configs:
+        assert set(cfg) == names
+        assert space.is_valid(cfg) and not space.violated(cfg)
+    for cfg in configs[::7]:
+        apply_steps(wl.outputs, space.steps(cfg))  # every config is a legal schedule
+    for cfg in configs[:: max(1, len(configs) // 6)]:
+        build_program(wl, space.steps(cfg), host_target)
+
+
+def test_neighbours_differ_in_one_knob(host_target) -> None:  # noqa: ANN001
+    _, space = tiny_space(host_target)
+    cfg = space.sample(np.random.default_rng())
+    near = space.neighbours(cfg)
+    assert near
+    for other in near:
+        assert space.is_valid(other)
+        assert sum(other[k] != cfg[k] for k in cfg) == 1
+
+
+def register_vectors(cfg: dict, lanes: int) -> int:
+    t3 = [cfg[f"tile_{a}"][3] for a in ("i", "j")]
+    return t3[0] * max(1, t3[1] // lanes)
+
+
+def test_constraints_exclude_oversized_register_tiles(host_target) -> None:  # noqa: ANN001
+    lanes = host_target.vector_lanes
+    space = make_space(te.make_workload("matmul", [64, 64, 64]), host_target)
+    rng = np.random.default_rng()
+    cfg = dict(space.sample(rng))
+    cfg.update(tile_i=[2, 1, 1, 32], tile_j=[1, 1, 1, 64])  # 32 rows x 64 columns of registers
+    assert register_vectors(cfg, lanes) > 16
+    assert "register_tile" in space.violated(cfg)
+    assert not space.is_valid(cfg)
+    for _ in range(200):
+        assert register_vectors(space.sample(rng), lanes) <= 16
+    # a config whose vector tile does not cover whole vectors is excluded too
+    partial = 8 if lanes > 8 else 2
+    cfg.update(tile_i=[8, 2, 1, 4], tile_j=[64 // partial, 1, 1, partial])
+    assert "vector_width" in space.violated(cfg)
+    assert math.prod(cfg["tile_j"]) == 64 == math.prod(cfg["tile_i"])
