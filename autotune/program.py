@@ -177,3 +177,15 @@ def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target
         ))
     source = CudaRenderer().prelude() + "\n" + "\n\n".join(parts) + "\n"
     return CudaSource(source, tuple(plans), tuple(args + heap), len(args), "\n".join(texts))
+
+
+def build_cuda_emulation(workload: Workload, steps: Sequence[Step], target: Target) -> Program:
+    """The GPU lowering of a schedule rendered as C that runs on the CPU (see
+    autotune.codegen.cuda_emulation): same kernel ABI as build_program, for checking GPU schedules
+    without a GPU."""
+    from .codegen.cuda_emulation import CudaEmulationRenderer
+
+    kernels, args, heap = lower_cuda_kernels(workload, steps, target)
+    name = kernel_name(workload) + "_emu"
+    source = CudaEmulationRenderer().render_program(name, kernels, args, heap)
+    return Program(name, PrimFunc(name, args, Seq([k.body for k in kernels])), source)

@@ -1,0 +1,399 @@
+"""Features of a candidate schedule, read from its lowered loop-nest IR.
+
+One vector per buffer store (arithmetic, loop structure and annotations, memory access of the
+written buffer and of the three largest reads, reuse, footprints), combined into one fixed-length
+vector per candidate: the ``TOP_STORES`` stores with the most floating-point work, concatenated, then
+the sums over all stores, then a few whole-kernel values. Every value is log-scaled as
+``sign(x) * log2(1 + |x|)``. docs/cost_model.md lists every slot; :func:`feature_names` gives them.
+
+The features come from the *un-optimized* lowering (``lower(..., simplify_ir=False)``): loops are
+still loops (no unrolled copies, no vector nodes), which keeps extraction cheap and the structure
+visible. Index expressions are evaluated numerically to get strides, so they need no simplification.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from autotune.ir import PrimFunc, lower
+from autotune.ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store
+from autotune.schedule import Step, apply_steps
+from autotune.target import Target
+from autotune.te import Workload
+from autotune.te.expr import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    Binary,
+    Call,
+    Cast,
+    Compare,
+    Expr,
+    IntImm,
+    Not,
+    Select,
+    Var,
+    children,
+    walk,
+)
+
+FEATURE_VERSION = 1
+CACHE_LINE = 64  # bytes
+TOP_STORES = 3
+READ_SLOTS = 3
+
+# --- slot names ------------------------------------------------------------------------------------
+ARITH = ["f_addsub", "f_mul", "f_div", "f_maxmin", "f_math", "f_select_cmp", "int_arith", "int_divmod",
+         "flops"]
+LOOPS = [
+    "num_loops", "trip_count", "inner_extent", "inner_serial", "inner_parallel", "inner_vectorize",
+    "inner_unroll", "vec_len", "vec_loops", "unroll_product", "unroll_loops", "parallel_product",
+    "parallel_loops", "serial_product", "work_per_thread", "guards", "is_init", "is_update",
+]
+GPU = ["blockIdx_x", "blockIdx_y", "blockIdx_z", "threadIdx_x", "threadIdx_y", "threadIdx_z", "vthread",
+       "shared_bytes", "register_bytes"]
+MEMORY = ["local_bytes", "bytes", "unique_bytes", "lines", "unique_lines", "intensity", "intensity_unique"]
+ACCESS = [
+    "present", "is_local", "bytes", "unique_bytes", "lines", "unique_lines", "reuse", "reuse_dist_iters",
+    "reuse_dist_bytes", "reuse_count", "stride_inner", "stride_inner_nonzero", "stride_vector",
+]
+ACCESS_SLOTS = ["write"] + [f"read{i}" for i in range(READ_SLOTS)]
+STORE = ARITH + LOOPS + GPU + MEMORY + [f"{a}.{f}" for a in ACCESS_SLOTS for f in ACCESS]
+GLOBAL = ["num_stores", "num_loops_total", "num_local_allocs", "local_bytes_total", "flops_total",
+          "bytes_total", "arg_bytes", "target_lanes", "target_cores"]
+
+
+def feature_names() -> list[str]:
+    """Names of the slots of :func:`extract` vectors, in order."""
+    names = [f"store{k}.{s}" for k in range(TOP_STORES) for s in STORE]
+    names += [f"sum.{s}" for s in STORE]
+    return names + [f"global.{g}" for g in GLOBAL]
+
+
+NUM_FEATURES = (TOP_STORES + 1) * len(STORE) + len(GLOBAL)
+_IDX = {n: i for i, n in enumerate(STORE)}
+_GPU_KIND = {"blockIdx.x": "blockIdx_x", "blockIdx.y": "blockIdx_y", "blockIdx.z": "blockIdx_z",
+             "threadIdx.x": "threadIdx_x", "threadIdx.y": "threadIdx_y", "threadIdx.z": "threadIdx_z",
+             "vthread": "vthread"}
+
+
+def log_scale(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log2(1 + |x|)``."""
+    return np.sign(x) * np.log2(1.0 + np.abs(x))
+
+
+# --- numeric evaluation of index expressions -----------------------------------------------------
+def _eval(e: Expr, env: dict[Var, int]) -> int:
+    """Value of an integer index expression with loop variables from ``env`` (others 0)."""
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env.get(e, 0)
+    if isinstance(e, Binary):
+        a, b = _eval(e.a, env), _eval(e.b, env)
+        op = e.op
+        if op == "add":
+            return a + b
+        if op == "sub":
+            return a - b
+        if op == "mul":
+            return a * b
+        if op == "floordiv":
+            return a // b if b else 0
+        if op == "mod":
+            return a % b if b else 0
+        if op == "min":
+            return min(a, b)
+        if op == "max":
+            return max(a, b)
+        return 0
+    if isinstance(e, Cast):
+        return int(_eval(e.value, env))
+    if isinstance(e, Select):
+        return _eval(e.t, env)
+    return 0  # loads (indirect indices) and anything else: unknown, treat as constant
+
+
+def _vars_of(e: Expr) -> set[Var]:
+    return {n for n in walk(e) if isinstance(n, Var)}
+
+
+def _int_ops(e: Expr) -> tuple[int, int]:
+    """(add/sub/mul, floordiv/mod) of an index, leaving out the trivial ``+0 *1 //1 %1`` ones."""
+    arith = divmod_ = 0
+    for n in walk(e):
+        if isinstance(n, Binary) and n.dtype in INT_DTYPES:
+            trivial = isinstance(n.b, IntImm) and n.b.value in ((0,) if n.op in ("add", "sub") else (1,))
+            trivial = trivial or (isinstance(n.a, IntImm) and n.a.value == (0 if n.op == "add" else 1)
+                                  and n.op in ("add", "mul"))
+            if trivial:
+                continue
+            if n.op in ("floordiv", "mod"):
+                divmod_ += 1
+            else:
+                arith += 1
+    return arith, divmod_
+
+
+def _dtype_bytes(dtype: str) -> int:
+    digits = "".join(ch for ch in dtype if ch.isdigit())
+    return max(1, int(digits) // 8) if digits else 4
+
+
+@dataclass
+class _Loop:
+    var: Var
+    extent: int
+    kind: str
+
+
+@dataclass
+class _Access:
+    buffer: Buffer
+    index: Expr
+
+
+def _access_features(acc: _Access, loops: list[_Loop], trip: float,
+                     vec_var: Var | None) -> tuple[list[float], float]:
+    """ACCESS slots of one access; also its footprint bytes per loop level (for reuse distances)."""
+    b = _dtype_bytes(acc.buffer.dtype)
+    used = _vars_of(acc.index)
+    base = _eval(acc.index, {})
+    strides = [(_eval(acc.index, {lp.var: 1}) - base) if lp.var in used else 0 for lp in loops]
+    size = max(1, acc.buffer.size)
+
+    def footprint(level: int) -> tuple[float, float]:
+        """(elements, cache lines) touched by the loops from ``level`` inwards."""
+        prod, span, smin, smin_ext = 1.0, 0.0, 0, 1
+        for lp, s in zip(loops[level:], strides[level:]):
+            if s:
+                prod *= lp.extent
+                span += abs(s) * (lp.extent - 1)
+                if smin == 0 or abs(s) < smin:
+                    smin, smin_ext = abs(s), lp.extent
+        elems = min(prod, span + 1, float(size))
+        per_line = CACHE_LINE // b
+        if smin == 0:
+            epl = 1.0
+        elif smin == 1:
+            epl = float(min(per_line, smin_ext))
+        else:
+            epl = float(max(1, min(per_line // smin, smin_ext)))
+        return elems, math.ceil(elems / epl)
+
+    elems, ulines = footprint(0)
+    inner_s = strides[-1] if loops else 0
+    if loops:
+        inner_ext = loops[-1].extent
+        per_line = CACHE_LINE // b
+        if inner_s == 0:
+            lines = trip / inner_ext
+        elif abs(inner_s) < per_line:
+            lines = trip / max(1, min(per_line // abs(inner_s), inner_ext))
+        else:
+            lines = trip
+    else:
+        lines = trip
+    nonzero = next((abs(s) for s in reversed(strides) if s), 0)
+    vec_s = 0
+    if vec_var is not None and vec_var in used:
+        vec_s = abs(_eval(acc.index, {vec_var: 1}) - base)
+    # reuse: the innermost loop whose variable this access does not use
+    reuse, dist_iters, dist_bytes, count = 0.0, 0.0, 0.0, 0.0
+    for lvl in range(len(loops) - 1, -1, -1):
+        if strides[lvl] == 0:
+            reuse, count = 1.0, float(loops[lvl].extent)
+            dist_iters = float(math.prod(lp.extent for lp in loops[lvl + 1:]))
+            dist_bytes = footprint(lvl + 1)[0] * b
+            break
+    local = 1.0 if acc.buffer.scope in ("local", "shared") else 0.0
+    vals = [1.0, local, trip * b, elems * b, lines, ulines, reuse, dist_iters, dist_bytes, count,
+            float(abs(inner_s)), float(nonzero), float(vec_s)]
+    return vals, elems * b
+
+
+def _arith(value: Expr, counts: np.ndarray) -> None:
+    for n in walk(value):
+        if isinstance(n, Binary) and n.dtype in FLOAT_DTYPES:
+            if n.op in ("add", "sub"):
+                counts[0] += 1
+            elif n.op == "mul":
+                counts[1] += 1
+            elif n.op == "div":
+                counts[2] += 1
+            elif n.op in ("max", "min"):
+                counts[3] += 1
+            elif n.op == "pow":
+                counts[4] += 1
+        elif isinstance(n, Call):
+            counts[4] += 1
+        elif isinstance(n, (Select, Not)) or (isinstance(n, Compare) and n.a.dtype not in INT_DTYPES):
+            counts[5] += 1
+
+
+def _loads(value: Expr) -> list[_Access]:
+    out: list[_Access] = []
+    stack = [value]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Load):
+            out.append(_Access(n.buffer, n.index))
+            continue
+        stack.extend(children(n))
+    return out
+
+
+class _Extractor:
+    def __init__(self) -> None:
+        self.stores: list[np.ndarray] = []
+        self.num_loops = 0
+        self.local_allocs: list[Buffer] = []
+
+    def visit(self, s: Stmt, loops: list[_Loop], allocs: list[Buffer], guards: int) -> None:
+        if isinstance(s, For):
+            self.num_loops += 1
+            if s.extent <= 1:  # the simplifier drops these; they carry no structure
+                self.visit(s.body, loops, allocs, guards)
+                return
+            loops.append(_Loop(s.var, s.extent, s.kind))
+            self.visit(s.body, loops, allocs, guards)
+            loops.pop()
+        elif isinstance(s, Seq):
+            for c in s.stmts:
+                self.visit(c, loops, allocs, guards)
+        elif isinstance(s, IfThen):
+            self.visit(s.body, loops, allocs, guards + 1)
+        elif isinstance(s, Allocate):
+            if s.buffer.scope in ("local", "shared"):
+                self.local_allocs.append(s.buffer)
+            allocs.append(s.buffer)
+            self.visit(s.body, loops, allocs, guards)
+            allocs.pop()
+        elif isinstance(s, Store):
+            self.stores.append(_store_features(s, loops, allocs, guards))
+        # Barrier and vector statements of optimized IR: nothing to add
+
+    def result(self, func: PrimFunc, target: Target | None) -> np.ndarray:
+        raw = np.zeros((max(1, len(self.stores)), len(STORE)))
+        if self.stores:
+            raw = np.stack(self.stores)
+        order = sorted(range(len(self.stores)),
+                       key=lambda i: (-raw[i, _IDX["flops"]], -raw[i, _IDX["bytes"]], i))
+        top = np.zeros((TOP_STORES, len(STORE)))
+        for k, i in enumerate(order[:TOP_STORES]):
+            top[k] = raw[i]
+        sums = raw.sum(axis=0) if self.stores else np.zeros(len(STORE))
+        glob = np.array([
+            len(self.stores), self.num_loops, len(self.local_allocs),
+            sum(b.size * _dtype_bytes(b.dtype) for b in self.local_allocs),
+            sums[_IDX["flops"]], sums[_IDX["bytes"]],
+            sum(b.size * _dtype_bytes(b.dtype) for b in func.args),
+            target.vector_lanes if target is not None else 0,
+            target.cores if target is not None else 0,
+        ], dtype=np.float64)
+        return log_scale(np.concatenate([top.ravel(), sums, glob]))
+
+
+def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int) -> np.ndarray:
+    f = np.zeros(len(STORE))
+    trip = float(math.prod(lp.extent for lp in loops))
+    counts = np.zeros(6)
+    _arith(s.value, counts)
+    reads = _loads(s.value)
+    ia = idm = 0
+    for acc in [_Access(s.buffer, s.index)] + reads:
+        a, d = _int_ops(acc.index)
+        ia, idm = ia + a, idm + d
+    per_exec_flops = counts[:5].sum()
+    f[0:6] = counts * trip
+    f[_IDX["int_arith"]] = ia * trip
+    f[_IDX["int_divmod"]] = idm * trip
+    f[_IDX["flops"]] = per_exec_flops * trip
+
+    kinds = [lp.kind for lp in loops]
+    inner = loops[-1] if loops else None
+    f[_IDX["num_loops"]] = len(loops)
+    f[_IDX["trip_count"]] = trip
+    f[_IDX["inner_extent"]] = inner.extent if inner else 0
+    for k in ("serial", "parallel", "vectorize", "unroll"):
+        f[_IDX[f"inner_{k}"]] = float(inner is not None and inner.kind == k)
+
+    def prod_of(kind: str) -> float:
+        return float(math.prod(lp.extent for lp in loops if lp.kind == kind))
+
+    f[_IDX["vec_len"]] = prod_of("vectorize") if "vectorize" in kinds else 0
+    f[_IDX["vec_loops"]] = kinds.count("vectorize")
+    f[_IDX["unroll_product"]] = prod_of("unroll") if "unroll" in kinds else 0
+    f[_IDX["unroll_loops"]] = kinds.count("unroll")
+    par = prod_of("parallel") if "parallel" in kinds else 0
+    f[_IDX["parallel_product"]] = par
+    f[_IDX["parallel_loops"]] = kinds.count("parallel")
+    f[_IDX["serial_product"]] = prod_of("serial")
+    f[_IDX["work_per_thread"]] = trip / max(1.0, par)
+    f[_IDX["guards"]] = guards
+    f[_IDX["is_init"]] = float(not reads and per_exec_flops == 0)
+    f[_IDX["is_update"]] = float(any(r.buffer is s.buffer for r in reads))
+    for lp in loops:
+        slot = _GPU_KIND.get(lp.kind)
+        if slot:
+            f[_IDX[slot]] = lp.extent
+    f[_IDX["shared_bytes"]] = sum(b.size * _dtype_bytes(b.dtype) for b in allocs if b.scope == "shared")
+    # register footprint is a GPU notion; the CPU stack footprint of local buffers is local_bytes
+    f[_IDX["local_bytes"]] = sum(b.size * _dtype_bytes(b.dtype) for b in allocs if b.scope == "local")
+
+    vec_var = next((lp.var for lp in reversed(loops) if lp.kind == "vectorize"), None)
+    write, _ = _access_features(_Access(s.buffer, s.index), loops, trip, vec_var)
+    # the read-modify-write of an accumulator is part of the write access
+    read_feats = [_access_features(r, loops, trip, vec_var)[0] for r in reads if r.buffer is not s.buffer]
+    read_feats.sort(key=lambda v: (-v[3], -v[2]))
+    w0 = len(ARITH) + len(LOOPS) + len(GPU) + len(MEMORY)
+    f[w0:w0 + len(ACCESS)] = write
+    for k, v in enumerate(read_feats[:READ_SLOTS]):
+        f[w0 + (k + 1) * len(ACCESS):w0 + (k + 2) * len(ACCESS)] = v
+    all_acc = [write] + read_feats
+    total_bytes = sum(v[2] for v in all_acc)
+    unique = sum(v[3] for v in all_acc)
+    f[_IDX["bytes"]] = total_bytes
+    f[_IDX["unique_bytes"]] = unique
+    f[_IDX["lines"]] = sum(v[4] for v in all_acc)
+    f[_IDX["unique_lines"]] = sum(v[5] for v in all_acc)
+    f[_IDX["intensity"]] = f[_IDX["flops"]] / max(1.0, total_bytes)
+    f[_IDX["intensity_unique"]] = f[_IDX["flops"]] / max(1.0, unique)
+    return f
+
+
+def features_of_func(func: PrimFunc, target: Target | None = None) -> np.ndarray:
+    """The feature vector (length :data:`NUM_FEATURES`) of a lowered kernel."""
+    ex = _Extractor()
+    ex.visit(func.body, [], [], 0)
+    return ex.result(func, target)
+
+
+def lower_for_features(workload: Workload, steps: Sequence[Step]) -> PrimFunc:
+    """The un-optimized, un-simplified lowering the features read (raises ScheduleError)."""
+    return lower(apply_steps(workload.outputs, steps), workload.args, simplify_ir=False)
+
+
+def extract(workload: Workload, steps: Sequence[Step], target: Target | None = None) -> np.ndarray:
+    """Feature vector of one candidate (``steps`` applied to ``workload``); raises ScheduleError."""
+    return features_of_func(lower_for_features(workload, steps), target)
+
+
+def extract_batch(workload: Workload, steps_list: Sequence[Sequence[Step]], target: Target | None = None,
+                  on_error: Callable[[int, Exception], None] | None = None) -> np.ndarray:
+    """Features of many candidates, one row each; a row is NaN where the schedule is illegal."""
+    out = np.full((len(steps_list), NUM_FEATURES), np.nan)
+    for i, steps in enumerate(steps_list):
+        try:
+            out[i] = extract(workload, steps, target)
+        except Exception as err:  # noqa: BLE001 - an illegal schedule must not stop the batch
+            if on_error is not None:
+                on_error(i, err)
+    return out
+
+
+__all__ = ["FEATURE_VERSION", "NUM_FEATURES", "extract", "extract_batch", "feature_names", "features_of_func",
+           "log_scale", "lower_for_features"]
