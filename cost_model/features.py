@@ -37,7 +37,6 @@ from autotune.te.expr import (
     Select,
     Var,
     children,
-    walk,
 )
 
 FEATURE_VERSION = 1
@@ -85,64 +84,6 @@ def log_scale(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.log2(1.0 + np.abs(x))
 
 
-# --- numeric evaluation of index expressions -----------------------------------------------------
-def _eval(e: Expr, env: dict[Var, int]) -> int:
-    """Value of an integer index expression with loop variables from ``env`` (others 0)."""
-    if isinstance(e, IntImm):
-        return e.value
-    if isinstance(e, Var):
-        return env.get(e, 0)
-    if isinstance(e, Binary):
-        a, b = _eval(e.a, env), _eval(e.b, env)
-        op = e.op
-        if op == "add":
-            return a + b
-        if op == "sub":
-            return a - b
-        if op == "mul":
-            return a * b
-        if op == "floordiv":
-            return a // b if b else 0
-        if op == "mod":
-            return a % b if b else 0
-        if op == "min":
-            return min(a, b)
-        if op == "max":
-            return max(a, b)
-        return 0
-    if isinstance(e, Cast):
-        return int(_eval(e.value, env))
-    if isinstance(e, Select):
-        return _eval(e.t, env)
-    return 0  # loads (indirect indices) and anything else: unknown, treat as constant
-
-
-def _vars_of(e: Expr) -> set[Var]:
-    return {n for n in walk(e) if isinstance(n, Var)}
-
-
-def _int_ops(e: Expr) -> tuple[int, int]:
-    """(add/sub/mul, floordiv/mod) of an index, leaving out the trivial ``+0 *1 //1 %1`` ones."""
-    arith = divmod_ = 0
-    for n in walk(e):
-        if isinstance(n, Binary) and n.dtype in INT_DTYPES:
-            trivial = isinstance(n.b, IntImm) and n.b.value in ((0,) if n.op in ("add", "sub") else (1,))
-            trivial = trivial or (isinstance(n.a, IntImm) and n.a.value == (0 if n.op == "add" else 1)
-                                  and n.op in ("add", "mul"))
-            if trivial:
-                continue
-            if n.op in ("floordiv", "mod"):
-                divmod_ += 1
-            else:
-                arith += 1
-    return arith, divmod_
-
-
-def _dtype_bytes(dtype: str) -> int:
-    digits = "".join(ch for ch in dtype if ch.isdigit())
-    return max(1, int(digits) // 8) if digits else 4
-
-
 @dataclass
 class _Loop:
     var: Var
@@ -156,94 +97,145 @@ class _Access:
     index: Expr
 
 
-def _access_features(acc: _Access, loops: list[_Loop], trip: float,
-                     vec_var: Var | None) -> tuple[list[float], float]:
-    """ACCESS slots of one access; also its footprint bytes per loop level (for reuse distances)."""
+# --- numeric evaluation of index expressions -----------------------------------------------------
+# An index is evaluated once, at 1 + 2L points: all loop variables 0, then each variable at 1 (its
+# stride), then each at extent - 1 (does the index depend on it at all, and how far does it move).
+Value = "int | np.ndarray"
+
+
+def _points(loops: list[_Loop]) -> dict[Var, np.ndarray]:
+    n = len(loops)
+    env: dict[Var, np.ndarray] = {}
+    for i, lp in enumerate(loops):
+        a = np.zeros(1 + 2 * n, dtype=np.int64)
+        a[1 + i] = 1
+        a[1 + n + i] = lp.extent - 1
+        env[lp.var] = a
+    return env
+
+
+def _const(v: object, c: int) -> bool:
+    return isinstance(v, int) and v == c
+
+
+def _ev(e: Expr, env: dict[Var, np.ndarray], ops: list[int]):  # noqa: ANN202 - int or array
+    """Index value at every point; ``ops`` counts [add/sub/mul, floordiv/mod] that survive folding."""
+    t = type(e)
+    if t is IntImm:
+        return e.value
+    if t is Var:
+        return env.get(e, 0)
+    if t is Binary:
+        a, b = _ev(e.a, env, ops), _ev(e.b, env, ops)
+        op = e.op
+        folded = isinstance(a, int) and isinstance(b, int)
+        if op == "add":
+            if not (folded or _const(a, 0) or _const(b, 0)):
+                ops[0] += 1
+            return a + b
+        if op == "sub":
+            if not (folded or _const(b, 0)):
+                ops[0] += 1
+            return a - b
+        if op == "mul":
+            if not (folded or _const(a, 1) or _const(b, 1) or _const(a, 0) or _const(b, 0)):
+                ops[0] += 1
+            return a * b
+        if op in ("floordiv", "mod"):
+            if _const(b, 0):
+                return 0
+            if not (folded or _const(b, 1)):
+                ops[1] += 1
+            return a // b if op == "floordiv" else a % b
+        if op == "min":
+            return np.minimum(a, b) if not folded else min(a, b)
+        if op == "max":
+            return np.maximum(a, b) if not folded else max(a, b)
+        return 0
+    if t is Cast:
+        return _ev(e.value, env, ops)
+    if t is Select:
+        return _ev(e.t, env, ops)
+    return 0  # loads (indirect indices) and anything else: unknown, treat as constant
+
+
+def _dtype_bytes(dtype: str) -> int:
+    digits = "".join(ch for ch in dtype if ch.isdigit())
+    return max(1, int(digits) // 8) if digits else 4
+
+
+def _access_features(acc: _Access, loops: list[_Loop], env: dict[Var, np.ndarray], trip: float,
+                     vec_pos: int | None, ops: list[int]) -> list[float]:
+    """ACCESS slots of one access."""
     b = _dtype_bytes(acc.buffer.dtype)
-    used = _vars_of(acc.index)
-    base = _eval(acc.index, {})
-    strides = [(_eval(acc.index, {lp.var: 1}) - base) if lp.var in used else 0 for lp in loops]
+    n = len(loops)
+    v = _ev(acc.index, env, ops)
+    vals = np.full(1 + 2 * n, v, dtype=np.int64) if isinstance(v, int) else v
+    base = int(vals[0])
+    step = [int(x) - base for x in vals[1:1 + n]]  # stride at the first step of each loop
+    far = [int(x) - base for x in vals[1 + n:]]  # displacement over each loop's whole range
+    # average stride; nonzero exactly when the index depends on the loop at all
+    avg = [abs(f) / (lp.extent - 1) if f else (1.0 if st else 0.0) for f, st, lp in zip(far, step, loops)]
     size = max(1, acc.buffer.size)
+    per_line = max(1, CACHE_LINE // b)
 
     def footprint(level: int) -> tuple[float, float]:
         """(elements, cache lines) touched by the loops from ``level`` inwards."""
-        prod, span, smin, smin_ext = 1.0, 0.0, 0, 1
-        for lp, s in zip(loops[level:], strides[level:]):
+        prod, span, smin, smin_ext = 1.0, 0.0, 0.0, 1
+        for lp, s in zip(loops[level:], avg[level:]):
             if s:
                 prod *= lp.extent
-                span += abs(s) * (lp.extent - 1)
-                if smin == 0 or abs(s) < smin:
-                    smin, smin_ext = abs(s), lp.extent
+                span += s * (lp.extent - 1)
+                if smin == 0 or s < smin:
+                    smin, smin_ext = s, lp.extent
         elems = min(prod, span + 1, float(size))
-        per_line = CACHE_LINE // b
         if smin == 0:
             epl = 1.0
-        elif smin == 1:
-            epl = float(min(per_line, smin_ext))
         else:
-            epl = float(max(1, min(per_line // smin, smin_ext)))
+            epl = float(max(1, min(int(per_line / smin), smin_ext)))
         return elems, math.ceil(elems / epl)
 
     elems, ulines = footprint(0)
-    inner_s = strides[-1] if loops else 0
-    if loops:
-        inner_ext = loops[-1].extent
-        per_line = CACHE_LINE // b
-        if inner_s == 0:
-            lines = trip / inner_ext
-        elif abs(inner_s) < per_line:
-            lines = trip / max(1, min(per_line // abs(inner_s), inner_ext))
-        else:
-            lines = trip
+    inner_s = abs(step[-1]) if n else 0
+    if n and avg[-1] == 0:
+        lines = trip / loops[-1].extent
+    elif n and inner_s < per_line:
+        lines = trip / max(1, min(per_line // max(1, inner_s), loops[-1].extent))
     else:
         lines = trip
-    nonzero = next((abs(s) for s in reversed(strides) if s), 0)
-    vec_s = 0
-    if vec_var is not None and vec_var in used:
-        vec_s = abs(_eval(acc.index, {vec_var: 1}) - base)
+    nonzero = next((abs(s) for s in reversed(step) if s), 0)
+    vec_s = abs(step[vec_pos]) if vec_pos is not None else 0
     # reuse: the innermost loop whose variable this access does not use
     reuse, dist_iters, dist_bytes, count = 0.0, 0.0, 0.0, 0.0
-    for lvl in range(len(loops) - 1, -1, -1):
-        if strides[lvl] == 0:
+    for lvl in range(n - 1, -1, -1):
+        if avg[lvl] == 0:
             reuse, count = 1.0, float(loops[lvl].extent)
             dist_iters = float(math.prod(lp.extent for lp in loops[lvl + 1:]))
             dist_bytes = footprint(lvl + 1)[0] * b
             break
     local = 1.0 if acc.buffer.scope in ("local", "shared") else 0.0
-    vals = [1.0, local, trip * b, elems * b, lines, ulines, reuse, dist_iters, dist_bytes, count,
-            float(abs(inner_s)), float(nonzero), float(vec_s)]
-    return vals, elems * b
+    return [1.0, local, trip * b, elems * b, lines, ulines, reuse, dist_iters, dist_bytes, count,
+            float(inner_s), float(nonzero), float(vec_s)]
 
 
-def _arith(value: Expr, counts: np.ndarray) -> None:
-    for n in walk(value):
-        if isinstance(n, Binary) and n.dtype in FLOAT_DTYPES:
-            if n.op in ("add", "sub"):
-                counts[0] += 1
-            elif n.op == "mul":
-                counts[1] += 1
-            elif n.op == "div":
-                counts[2] += 1
-            elif n.op in ("max", "min"):
-                counts[3] += 1
-            elif n.op == "pow":
-                counts[4] += 1
-        elif isinstance(n, Call):
-            counts[4] += 1
-        elif isinstance(n, (Select, Not)) or (isinstance(n, Compare) and n.a.dtype not in INT_DTYPES):
-            counts[5] += 1
+_FLOAT_SLOT = {"add": 0, "sub": 0, "mul": 1, "div": 2, "max": 3, "min": 3, "pow": 4}
 
 
-def _loads(value: Expr) -> list[_Access]:
-    out: list[_Access] = []
-    stack = [value]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Load):
-            out.append(_Access(n.buffer, n.index))
-            continue
-        stack.extend(children(n))
-    return out
+def _scan_value(e: Expr, counts: list[int], loads: list[_Access]) -> None:
+    """Count float arithmetic by kind (into ``counts``) and collect the loads of a stored value."""
+    t = type(e)
+    if t is Load:
+        loads.append(_Access(e.buffer, e.index))
+        return
+    if t is Binary:
+        if e.dtype in FLOAT_DTYPES:
+            counts[_FLOAT_SLOT.get(e.op, 4)] += 1
+    elif t is Call:
+        counts[4] += 1
+    elif t is Select or t is Not or (t is Compare and e.a.dtype not in INT_DTYPES):
+        counts[5] += 1
+    for c in children(e):
+        _scan_value(c, counts, loads)
 
 
 class _Extractor:
@@ -300,15 +292,19 @@ class _Extractor:
 def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int) -> np.ndarray:
     f = np.zeros(len(STORE))
     trip = float(math.prod(lp.extent for lp in loops))
-    counts = np.zeros(6)
-    _arith(s.value, counts)
-    reads = _loads(s.value)
-    ia = idm = 0
-    for acc in [_Access(s.buffer, s.index)] + reads:
-        a, d = _int_ops(acc.index)
-        ia, idm = ia + a, idm + d
-    per_exec_flops = counts[:5].sum()
-    f[0:6] = counts * trip
+    counts = [0] * 6
+    reads: list[_Access] = []
+    _scan_value(s.value, counts, reads)
+    env = _points(loops)
+    ops = [0, 0]
+    vec_pos = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].kind == "vectorize"), None)
+    write = _access_features(_Access(s.buffer, s.index), loops, env, trip, vec_pos, ops)
+    # the read-modify-write of an accumulator is part of the write access
+    read_feats = [_access_features(r, loops, env, trip, vec_pos, ops)
+                  for r in reads if r.buffer is not s.buffer]
+    ia, idm = ops
+    per_exec_flops = sum(counts[:5])
+    f[0:6] = np.asarray(counts, dtype=np.float64) * trip
     f[_IDX["int_arith"]] = ia * trip
     f[_IDX["int_divmod"]] = idm * trip
     f[_IDX["flops"]] = per_exec_flops * trip
@@ -344,10 +340,6 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
     # register footprint is a GPU notion; the CPU stack footprint of local buffers is local_bytes
     f[_IDX["local_bytes"]] = sum(b.size * _dtype_bytes(b.dtype) for b in allocs if b.scope == "local")
 
-    vec_var = next((lp.var for lp in reversed(loops) if lp.kind == "vectorize"), None)
-    write, _ = _access_features(_Access(s.buffer, s.index), loops, trip, vec_var)
-    # the read-modify-write of an accumulator is part of the write access
-    read_feats = [_access_features(r, loops, trip, vec_var)[0] for r in reads if r.buffer is not s.buffer]
     read_feats.sort(key=lambda v: (-v[3], -v[2]))
     w0 = len(ARITH) + len(LOOPS) + len(GPU) + len(MEMORY)
     f[w0:w0 + len(ACCESS)] = write

@@ -55,6 +55,10 @@ class CudaSketch(Sketch):
 
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
+        if self.mode == "rowwise":
+            knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
+            return SearchSpace(f"cuda/rowwise/{self.workload.name}", knobs, self.steps,
+                               [("vector_width", self._row_vector_ok)])
         if self.mode not in ("cache_write", "epilogue"):
             knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
             return SearchSpace(f"cuda/simple/{self.workload.name}", knobs, self.steps,
@@ -118,12 +122,45 @@ class CudaSketch(Sketch):
             s.tensor.shape[-1] % 4 == 0 for s in self._root_stages() if not s.is_reduction
         )
 
+    def _row_vector_ok(self, c: Config) -> bool:
+        cols = math.prod(self.sch.stage(self.row_out).tensor.shape[self.row_prefix :])
+        return c["vector"] == 1 or cols % 4 == 0
+
+    def _rowwise_steps(self, c: Config) -> list[Step]:
+        steps: list[Step] = []
+        out = self.row_out
+        if self.row_cache_write:
+            steps.append(CacheWriteStep(self.row_cache_write))
+        rows, cols = self.row_axes[: self.row_prefix], self.row_axes[self.row_prefix :]
+        steps += [FuseStep(out, tuple(rows))] if len(rows) > 1 else []
+        row = "@".join(rows)
+        steps.append(bind(out, row, "blockIdx.x"))
+        threads = c["threads"]
+        if cols:
+            steps += [FuseStep(out, tuple(cols))] if len(cols) > 1 else []
+            f = "@".join(cols)
+            if c["vector"] > 1:
+                steps.append(SplitStep(out, f, c["vector"]))
+                lanes, f = f"{f}.1", f"{f}.0"
+            steps += [SplitStep(out, f, threads), bind(out, f"{f}.1", "threadIdx.x")]
+            if c["vector"] > 1:
+                steps.append(vectorize(out, lanes))
+        for name in reversed(self.row_reductions):
+            steps.append(ComputeAtStep(name, out, row))
+            raxes = self.row_reduce_axes[name]
+            steps += [FuseStep(name, tuple(raxes))] if len(raxes) > 1 else []
+            r = "@".join(raxes)
+            steps += [SplitStep(name, r, threads), bind(name, f"{r}.1", "threadIdx.x")]
+        return steps
+
     def _root_stages(self) -> list[Stage]:
         return [s for s in self.sch.stages if s.name not in self.inline_always + self.inline_knob]
 
     # --- config -> steps --------------------------------------------------------------------------
     def steps(self, c: Config) -> list[Step]:
         steps: list[Step] = [ComputeInlineStep(n) for n in self.inline_always + self.inline_knob]
+        if self.mode == "rowwise":
+            return steps + self._rowwise_steps(c)
         if self.mode not in ("cache_write", "epilogue"):
             for st in self._root_stages():
                 steps += _spread(st, c["threads"], c["vector"])

@@ -46,6 +46,45 @@ class Sketch:
         self.tile_stage = self.compute_stage = ""
         if self.anchor is not None:
             self._plan_tiling(self.anchor)
+        else:
+            self._plan_rowwise()
+
+    def _plan_rowwise(self) -> None:
+        """Reductions without reuse feeding one elementwise output over the same leading axes
+        (softmax, layernorm, pooling-like sums): one block a row, cross-thread reductions."""
+        inlined = set(self.inline_always) | set(self.inline_knob)
+        live = [s for s in self.sch.stages if s.name not in inlined]
+        reductions = [s for s in live if s.is_reduction]
+        outs = [s for s in live if s.is_output]
+        if not reductions or len(outs) != 1:
+            return
+        out = outs[0]
+        if out.is_reduction:
+            if len(reductions) != 1:
+                return
+            self.row_cache_write = out.name
+            self.row_reductions = [out.name + "_local"]
+            prefix = len(out.axes)
+        else:
+            self.row_cache_write = None
+            if any(s is not out and not s.is_reduction for s in live):
+                return
+            shapes = {s.tensor.shape for s in reductions}
+            if len(shapes) != 1:
+                return
+            shape = shapes.pop()
+            if out.tensor.shape[: len(shape)] != shape:
+                return
+            prefix = len(shape)
+            self.row_reductions = [s.name for s in reductions]
+        self.mode = "rowwise"
+        self.row_out = out.name
+        self.row_prefix = prefix
+        self.row_axes = [a.name for a in out.axes]
+        self.row_reduce_axes = {
+            name: [a.name for a in (out if name.endswith("_local") else self.sch.stage(name)).reduce_axes]
+            for name in self.row_reductions
+        }
 
     def _plan_tiling(self, anchor: Stage) -> None:
         inlined = set(self.inline_always) | set(self.inline_knob)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Allocate, Barrier, Broadcast, Buffer, For, Gather, Stmt, VBinary, VLoad, VStore
+from ..ir.nodes import Allocate, AllReduce, Barrier, Broadcast, Buffer, For, Gather, Stmt, VBinary, VLoad, VStore
 from ..ir.simplify import linear
 from ..te.expr import Expr
 from .c_base import C_TYPES, CStyleRenderer
@@ -57,6 +57,8 @@ class CudaRenderer(CStyleRenderer):
             return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
         if isinstance(s, Barrier):
             return [f"{pad}__syncthreads();"]
+        if isinstance(s, AllReduce):
+            return self.allreduce(s, pad)
         if isinstance(s, Allocate) and s.buffer.scope in ("local", "shared"):
             qual = "__shared__ " if s.buffer.scope == "shared" else ""
             decl = f"{qual}{C_TYPES[s.buffer.dtype]} {s.buffer.name}[{s.buffer.size}] __align__(16);"
@@ -64,6 +66,27 @@ class CudaRenderer(CStyleRenderer):
         if isinstance(s, Allocate):
             raise ValueError(f"global buffer {s.buffer.name} inside a CUDA kernel: it must be a workspace")
         return super().stmt(s, depth)
+
+    def allreduce(self, s: AllReduce, pad: str) -> list[str]:
+        """Warp shuffles, then one shared slot per warp; every thread ends with the result."""
+        threads = self.block_dims.get("threadIdx.x", 1)
+        if threads % 32:
+            raise ValueError(f"a cross-thread reduction needs a multiple of 32 threads, got {threads}")
+        comb = {"sum": "({a} + {b})", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}[s.combiner]
+        ref = f"{s.buffer.name}[{self.expr(s.index)}]"
+        lines = [f"{pad}{{", f"{pad}  float at_v = {ref};",
+                 f"{pad}  #pragma unroll",
+                 f"{pad}  for (int at_o = 16; at_o > 0; at_o >>= 1) at_v = "
+                 + comb.format(a="at_v", b="__shfl_xor_sync(0xffffffffu, at_v, at_o)") + ";"]
+        if threads > 32:
+            lines += [f"{pad}  __shared__ float at_red[32];",
+                      f"{pad}  __syncthreads();",
+                      f"{pad}  if ((threadIdx.x & 31) == 0) at_red[threadIdx.x >> 5] = at_v;",
+                      f"{pad}  __syncthreads();",
+                      f"{pad}  at_v = at_red[0];",
+                      f"{pad}  for (int at_w = 1; at_w < {threads // 32}; ++at_w) at_v = "
+                      + comb.format(a="at_v", b="at_red[at_w]") + ";"]
+        return lines + [f"{pad}  {ref} = at_v;", f"{pad}}}"]
 
     def loop_pragma(self, s: For) -> str | None:
         if s.kind in ("unroll", "vthread"):

@@ -9,7 +9,7 @@ machine, CI included; it says nothing about GPU speed.
 
 from __future__ import annotations
 
-from ..ir.nodes import Allocate, Barrier, Buffer, For, IfThen, Seq, Stmt
+from ..ir.nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Seq, Stmt
 from .c_base import C_TYPES
 from .cpu import CpuRenderer
 
@@ -66,6 +66,7 @@ class CudaEmulationRenderer(CpuRenderer):
         pad = self.indent_unit * depth
         decls = [f"{pad}{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
                  for b in _shared_buffers(body)]
+        decls.append(f"{pad}float at_red[{self.threads}];")
         self.in_team = True
         inner = self.stmt(body, depth + 1)
         self.in_team = False
@@ -89,6 +90,14 @@ class CudaEmulationRenderer(CpuRenderer):
             return head + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
         if isinstance(s, Barrier):
             return [f"{pad}#pragma omp barrier"]
+        if isinstance(s, AllReduce):
+            comb = {"sum": "({a} + {b})", "max": "fmax({a}, {b})", "min": "fmin({a}, {b})"}[s.combiner]
+            ref = f"{s.buffer.name}[{self.expr(s.index)}]"
+            return [f"{pad}at_red[at_tx] = {ref};", f"{pad}#pragma omp barrier", f"{pad}{{",
+                    f"{pad}  float at_v = at_red[0];",
+                    f"{pad}  for (int at_w = 1; at_w < {self.threads}; ++at_w) at_v = "
+                    + comb.format(a="at_v", b="at_red[at_w]") + ";",
+                    f"{pad}  #pragma omp barrier", f"{pad}  {ref} = at_v;", f"{pad}}}"]
         if isinstance(s, Allocate) and s.buffer.scope == "shared":
             return self.stmt(s.body, depth)  # declared once per block, outside the team
         if isinstance(s, For) and s.kind == "vthread":

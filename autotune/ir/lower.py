@@ -21,7 +21,7 @@ from ..te.expr import (
     walk,
 )
 from ..te.tensor import Tensor, reduce_identity
-from .nodes import Allocate, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
+from .nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
 from .simplify import bounds, expr_key, linear, simplify
 
 _ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll", "vthread": "vthread"}
@@ -166,6 +166,12 @@ class _Lowerer:
             init = IfThen(all_of(*spatial_guard), init)
 
         first_reduce = next((i for i, lp in enumerate(st.leaf_loops) if lp.kind == "reduce"), None)
+        cross_thread = [lp for lp in st.leaf_loops if lp.kind == "reduce" and st.annotations.get(lp) == "threadIdx.x"]
+        if cross_thread:
+            if any(lp.kind == "spatial" for lp in st.leaf_loops[first_reduce:]):
+                raise ScheduleError(f"{st.name}: a cross-thread reduction needs its reduction loops innermost")
+            if out.buffer.scope != "local":
+                raise ScheduleError(f"{st.name}: a cross-thread reduction must be computed at a consumer loop")
         leaves = st.leaf_loops
         for pos in range(len(leaves) - 1, -1, -1):
             lp = leaves[pos]
@@ -188,6 +194,8 @@ class _Lowerer:
                         v2 = Var(lvar[lp2].name + "_init")
                         init_nest = For(v2, ext[lp2], _rename(init_nest, lvar[lp2], v2), kind2)
                 update = seq(init_nest, update)
+                if cross_thread:
+                    update = seq(update, AllReduce(out.buffer, out_idx, st.body.combiner))
         if init is not None and first_reduce is None:
             raise ScheduleError(f"reduction stage {st.name} has no reduction loop")
         return update

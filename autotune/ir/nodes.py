@@ -134,6 +134,16 @@ class Barrier(Stmt):
 
 
 @dataclass(eq=False)
+class AllReduce(Stmt):
+    """Combine ``buffer[index]`` across the threads of a block (threadIdx.x); every thread gets
+    the result back in its own ``buffer[index]`` (a cross-thread reduction)."""
+
+    buffer: Buffer
+    index: Expr
+    combiner: str  # sum / max / min
+
+
+@dataclass(eq=False)
 class Allocate(Stmt):
     """A buffer that lives for ``body``: a stack array (local; registers on GPU), GPU shared memory
     (shared) or a kernel-owned heap / workspace buffer (global)."""

@@ -19,6 +19,7 @@ from ..te.expr import (
 from ..schedule.state import ScheduleError
 from .nodes import (
     Allocate,
+    AllReduce,
     Barrier,
     Broadcast,
     For,
@@ -53,6 +54,8 @@ def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
         return VStore(s.buffer, fn(s.base), fn(s.value), s.lanes)
     if isinstance(s, Barrier):
         return s
+    if isinstance(s, AllReduce):
+        return AllReduce(s.buffer, fn(s.index), s.combiner)
     raise TypeError(type(s).__name__)
 
 
@@ -89,6 +92,8 @@ def simplify_stmt(s: Stmt, ranges: Ranges | None = None) -> Stmt | None:
         return VStore(s.buffer, simplify(s.base, ranges), simplify(s.value, ranges), s.lanes)
     if isinstance(s, Barrier):
         return s
+    if isinstance(s, AllReduce):
+        return AllReduce(s.buffer, simplify(s.index, ranges), s.combiner)
     raise TypeError(type(s).__name__)
 
 
