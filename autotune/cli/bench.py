@@ -172,6 +172,8 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.db} has no verified records for this machine "
                              f"({target.kind} {target.key}); run scripts/tune.py --db {args.db} here first")
         print(f"target: {target.describe()} [{target.key}]", flush=True)
+        if target.kind == "cuda":
+            return _run_cuda(best, target, db, args)
         rows = []
         with Builder(workers=1) as builder:
             for rec in best:
@@ -197,3 +199,17 @@ def _bench_record(rec: MeasurementRecord, target: Target, db: TuningDatabase, bu
         return BenchRow(label, rec.workload_key, wl.flops,
                         error="the op definition changed since tuning (workload key differs); re-tune it")
     return bench_workload(wl, target, db, builder, args.repeat, args.min_repeat_ms)
+
+
+def _run_cuda(best: list[MeasurementRecord], target: Target, db: TuningDatabase, args: argparse.Namespace) -> int:
+    from .bench_cuda import bench_cuda_record, format_cuda_table
+    from .common import measure_tools
+
+    builder, runner = measure_tools(target)
+    with builder, runner:
+        rows = [bench_cuda_record(rec, target, db, builder, runner, args) for rec in best]
+    print(format_cuda_table(rows), flush=True)
+    if args.json:
+        print(json.dumps({"target": target.key, "target_kind": "cuda", "device": target.fingerprint,
+                          "db": args.db, "results": rows}))
+    return 0 if all(r.get("ok") for r in rows) else 1

@@ -6,10 +6,9 @@ import argparse
 import json
 import sys
 
-from ..measure import Builder, CpuRunner
 from ..search import STRATEGIES, TuneOptions, tune_workload
 from ..te import WorkloadError, make_workload, op_names, op_spec
-from .common import TARGETS, UsageError, fail, open_db, resolve_target
+from .common import TARGETS, UsageError, fail, measure_tools, open_db, resolve_target
 
 # The embedded default: small but representative (a GEMM, a fused dense epilogue, a convolution),
 # so a first run on a fresh machine finishes in a couple of minutes.
@@ -75,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     options = TuneOptions(trials=trials, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
                           progress=not args.no_progress)
     summaries = []
-    with Builder() as builder, CpuRunner() as runner:
+    builder, runner = measure_tools(target)
+    with builder, runner:
         for wl in workloads:
             s = tune_workload(wl, target, db, options, builder, runner)
             summaries.append(s)

@@ -193,7 +193,13 @@ class CudaBuilder(Builder):
     def cache_key(self, full_text: str) -> str:
         """sha256 over source, nvcc identity and version, flags and arch."""
         h = hashlib.sha256()
-        parts = (_CACHE_FORMAT, full_text, self._get_fingerprint(), "\0".join(self.options.flags), self.options.arch)
+        parts = (
+            _CACHE_FORMAT,
+            full_text,
+            self._get_fingerprint(),
+            "\0".join(self.options.flags),
+            self.options.arch,
+        )
         for part in parts:
             h.update(part.encode())
             h.update(b"\0\0")

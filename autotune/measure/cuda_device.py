@@ -39,13 +39,23 @@ def query(dev_id):
 
         major, minor = dev.compute_capability()
         drv = int(cuda.get_driver_version())
-        names = ["MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y",
-                 "MAX_BLOCK_DIM_Z", "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z",
-                 "MAX_SHARED_MEMORY_PER_BLOCK", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-                 "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", "MAX_REGISTERS_PER_BLOCK",
-                 "MAX_REGISTERS_PER_MULTIPROCESSOR", "MAX_THREADS_PER_MULTIPROCESSOR", "WARP_SIZE",
-                 "L2_CACHE_SIZE", "CLOCK_RATE", "MEMORY_CLOCK_RATE", "GLOBAL_MEMORY_BUS_WIDTH"]
-        info = {name.lower(): attr(name) for name in names}
+        info = {
+            "multiprocessors": attr("MULTIPROCESSOR_COUNT"),
+            "max_threads_per_block": attr("MAX_THREADS_PER_BLOCK"),
+            "max_block_dim": [attr("MAX_BLOCK_DIM_" + c) for c in "XYZ"],
+            "max_grid_dim": [attr("MAX_GRID_DIM_" + c) for c in "XYZ"],
+            "max_shared_per_block": attr("MAX_SHARED_MEMORY_PER_BLOCK"),
+            "max_shared_per_block_optin": attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            "max_shared_per_multiprocessor": attr("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+            "registers_per_block": attr("MAX_REGISTERS_PER_BLOCK"),
+            "registers_per_multiprocessor": attr("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+            "max_threads_per_multiprocessor": attr("MAX_THREADS_PER_MULTIPROCESSOR"),
+            "warp_size": attr("WARP_SIZE"),
+            "l2_bytes": attr("L2_CACHE_SIZE"),
+            "clock_khz": attr("CLOCK_RATE"),
+            "memory_clock_khz": attr("MEMORY_CLOCK_RATE"),
+            "memory_bus_width": attr("GLOBAL_MEMORY_BUS_WIDTH"),
+        }
         info.update(
             device_id=dev_id,
             name=dev.name(),
@@ -91,21 +101,25 @@ def _query(device_id: int, timeout_s: float) -> str:
         raise RuntimeError(_one_line(f"no CUDA device: query process failed: {tail[0]}"))
     if "error" in info:
         raise RuntimeError(_one_line(f"no CUDA device: {info['error']}"))
-    info["nvcc_version"] = nvcc_version()
+    info["nvcc"] = info["nvcc_version"] = nvcc_version()
     return json.dumps(info)
 
 
 def query_device(device_id: int = 0, timeout_s: float = 60.0) -> dict[str, Any]:
     """Properties of CUDA device `device_id`, read in a child process (cached).
 
-    Keys include name, arch ("sm_90"), compute_capability, multiprocessor_count,
-    max_threads_per_block, max_shared_memory_per_block(_optin),
-    max_registers_per_block, l2_cache_size, total_memory, driver_version and
-    nvcc_version. Raises a one-line RuntimeError("no CUDA device: ...") when
+    Keys (the ones autotune.target.cuda_target reads among them): name, arch
+    ("sm_90"), compute_capability (9, 0), multiprocessors, max_threads_per_block,
+    max_block_dim, max_grid_dim, max_shared_per_block, max_shared_per_block_optin,
+    max_shared_per_multiprocessor, registers_per_block, registers_per_multiprocessor,
+    max_threads_per_multiprocessor, warp_size, l2_bytes, total_memory, clock_khz,
+    memory_clock_khz, memory_bus_width, driver_version (e.g. 13000),
+    driver_cuda_version ("13.0"), pycuda_cuda_version, nvcc (= nvcc_version). Raises a one-line RuntimeError("no CUDA device: ...") when
     pycuda, the driver or the GPU is missing.
     """
     info = json.loads(_query(int(device_id), float(timeout_s)))
-    info["compute_capability"] = tuple(info["compute_capability"])
+    for key in ("compute_capability", "max_block_dim", "max_grid_dim"):
+        info[key] = tuple(info[key])
     return info
 
 

@@ -1,16 +1,16 @@
-"""Measure configs of one workload on the CPU: schedule -> source -> build (parallel) -> run
-(isolated worker) -> verified result."""
+"""Measure configs of one workload: schedule -> source -> build (parallel) -> run (isolated worker)
+-> verified result. One path for every target; a Backend holds what differs."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from ..measure import Builder, CpuRunner, ErrorKind, RunOptions
-from ..program import build_program
+from ..program import build_cuda_program, build_program
 from ..schedule import ScheduleError, Step
 from ..target import Target
 from ..te import Workload
@@ -32,6 +32,42 @@ class Trial:
         return sum(self.costs) / len(self.costs) if self.costs and self.error_kind is None else float("inf")
 
 
+class Backend:
+    """Render, build and run one schedule on one kind of target."""
+
+    def __init__(self, target: Target, builder: Any, runner: Any) -> None:
+        self.target, self.builder, self.runner = target, builder, runner
+
+    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
+        """(kernel name, source, payload for run)."""
+        raise NotImplementedError
+
+    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
+        raise NotImplementedError
+
+
+class CpuBackend(Backend):
+    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
+        prog = build_program(wl, steps, self.target)
+        return prog.kernel_name, prog.source, None
+
+    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
+        return self.runner.run(lib_path, name, task_id, options)
+
+
+class CudaBackend(Backend):
+    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
+        prog = build_cuda_program(wl, steps, self.target)
+        return prog.kernels[0].name, prog.source, prog.launch_plan()
+
+    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
+        return self.runner.run(lib_path, payload, task_id, options)
+
+
+def make_backend(target: Target, builder: Any, runner: Any) -> Backend:
+    return {"cpu": CpuBackend, "cuda": CudaBackend}[target.kind](target, builder, runner)
+
+
 def tolerances(reference: list[np.ndarray]) -> tuple[float, float]:
     """rtol, atol for float32 kernels against a float64 reference."""
     scale = max(float(np.max(np.abs(r))) for r in reference) if reference else 1.0
@@ -44,6 +80,7 @@ class WorkloadMeasurer:
     def __init__(self, workload: Workload, target: Target, builder: Builder, runner: CpuRunner,
                  run_options: RunOptions | None = None, seed: int | None = None) -> None:
         self.workload, self.target = workload, target
+        self.backend = make_backend(target, builder, runner)
         self.builder, self.runner = builder, runner
         # fresh inputs for every tuning session unless a seed pins them
         rng = np.random.default_rng(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
@@ -51,24 +88,30 @@ class WorkloadMeasurer:
         reference = workload.run_reference(inputs)
         rtol, atol = tolerances(reference)
         base = run_options or RunOptions()
-        self.options = RunOptions(base.number, base.repeat, base.min_repeat_ms, base.timeout_s, rtol, atol)
+        self.options = _with_tolerances(base, rtol, atol)
         self.task_id = f"{workload.key}-{id(self)}"
         runner.set_task(self.task_id, inputs, reference, [(o.shape, o.dtype) for o in workload.outputs])
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
         """Measure a batch; yields each trial as soon as its result is known (builds run in
         parallel first, then kernels run one at a time so they do not disturb each other)."""
-        programs = []
+        rendered = []
         for cfg, st in zip(configs, steps):
             try:
-                programs.append((cfg, st, build_program(self.workload, st, self.target)))
+                rendered.append((cfg, st, self.backend.render(self.workload, st)))
             except ScheduleError as err:
                 yield Trial(cfg, st, (), ErrorKind.INVALID_SCHEDULE.value, str(err), 0.0)
-        builds = self.builder.build_many([(p.kernel_name, p.source) for _, _, p in programs])
-        for (cfg, st, prog), b in zip(programs, builds):
+        builds = self.builder.build_many([(name, src) for _, _, (name, src, _) in rendered])
+        for (cfg, st, (name, _, payload)), b in zip(rendered, builds):
             if b.error_kind is not None:
                 yield Trial(cfg, st, (), b.error_kind.value, b.error_msg, b.build_s)
                 continue
-            r = self.runner.run(b.lib_path, prog.kernel_name, self.task_id, self.options)
+            r = self.backend.run(b.lib_path, name, payload, self.task_id, self.options)
             kind = r.error_kind.value if r.error_kind is not None else None
             yield Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
+
+
+def _with_tolerances(options: RunOptions, rtol: float, atol: float) -> RunOptions:
+    from dataclasses import replace
+
+    return replace(options, rtol=rtol, atol=atol)
