@@ -42,7 +42,7 @@ TILE = 16
 FAST = CudaRunOptions(repeat=2, min_repeat_ms=2.0, timeout_s=30.0)
 
 
-def vec_src(name: str = "add", body: str = "c[i] = a[i] + b[i];", guard: str = f"i < {N}") -> str:
+def vec_src(name: str = "add", body: str = "c[i] = t[threadIdx.x] + b[i];", guard: str = f"i < {N}") -> str:
     return f"""
 extern "C" __global__ void {name}(const float* a, const float* b, float* c) {{
     __shared__ float t[{BLOCK}];
@@ -50,7 +50,6 @@ extern "C" __global__ void {name}(const float* a, const float* b, float* c) {{
     t[threadIdx.x] = i < {N} ? a[i] : 0.0f;
     __syncthreads();
     if ({guard}) {{ {body} }}
-    (void)t;
 }}
 """
 
@@ -114,8 +113,8 @@ extern "C" __global__ void add(const float* a, const float* b, float* c) {
 
 HANG_SRC = """
 extern "C" __global__ void add(const float* a, const float* b, float* c) {
-    volatile int spin = 1;
-    while (spin) { }
+    const volatile float* p = a;  /* inputs are in [-1, 1): this never ends */
+    while (p[0] < 2.0f) { }
     c[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x];
 }
 """
@@ -257,7 +256,7 @@ def test_build_timeout(tmp_path: Path) -> None:
 
 @needs_nvcc
 def test_build_many_keeps_order(tmp_path: Path) -> None:
-    items = [(f"k{i}", vec_src(body=f"c[i] = a[i] + {i}.0f * b[i];")) for i in range(3)]
+    items = [(f"k{i}", vec_src(body=f"c[i] = t[threadIdx.x] + {i}.0f * b[i];")) for i in range(3)]
     items.insert(1, ("bad", "this is not CUDA"))
     with CudaBuilder(CudaBuildOptions(arch="sm_90", cache_dir=tmp_path), workers=2) as b:
         results = b.build_many(items)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir.nodes import Allocate, AllReduce, Barrier, Broadcast, Buffer, For, Gather, Stmt, VBinary, VLoad, VStore
-from ..ir.simplify import linear
+from ..ir.simplify import linear, multiple_of
 from ..te.expr import Expr
 from .c_base import C_TYPES, CStyleRenderer
 
@@ -19,9 +19,9 @@ __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_floa
 
 
 def aligned(index: Expr, lanes: int) -> bool:
-    """True when ``index`` is provably a multiple of ``lanes`` (every coefficient and the constant)."""
+    """True when ``index`` is provably a multiple of ``lanes``."""
     lin = linear(index, {})
-    return lin.const % lanes == 0 and all(c % lanes == 0 for _, c in lin.terms.values())
+    return lin.const % lanes == 0 and all(c % lanes == 0 or multiple_of(a, lanes) for a, c in lin.terms.values())
 
 
 class CudaRenderer(CStyleRenderer):

@@ -162,9 +162,33 @@ def _divmod(op: str, num: Linear, den: Linear, ranges: Ranges) -> Linear:
         if op == "mod":
             return rest
         return Linear({k: (a, c // d) for k, (a, c) in whole.terms.items()}, whole.const // d)
+    # (A*g + r) // d == (A*g) // d and (A*g + r) % d == (A*g) % d + r when g | d and 0 <= r < g
+    for g in sorted((x for x in range(2, d) if d % x == 0), reverse=True):
+        big = Linear(const=(rest.const // g) * g)
+        small = Linear(const=rest.const - big.const)
+        for k, (a, c) in rest.terms.items():
+            (big if c % g == 0 else small).terms[k] = (a, c)
+        if not big.terms or not small.terms and small.const == 0:
+            continue
+        sb = bounds(small.to_expr(), ranges)
+        if sb is None or sb[0] < 0 or sb[1] >= g:
+            continue
+        inner = _divmod(op, big, den, ranges)
+        if op == "mod":
+            return inner.add(small)
+        return Linear({k: (a, c // d) for k, (a, c) in whole.terms.items()}, whole.const // d).add(inner)
     nb = bounds(num.to_expr(), ranges)
     if nb is not None and nb[0] >= 0 and nb[1] < d:
         return Linear() if op == "floordiv" else num
+    from math import gcd
+
+    common = d
+    for _, c in num.terms.values():
+        common = gcd(common, c)
+    common = gcd(common, num.const)
+    if common > 1 and op == "floordiv":
+        reduced = Linear({k: (a, c // common) for k, (a, c) in num.terms.items()}, num.const // common)
+        return _atom(Binary(op, reduced.to_expr(), IntImm(d // common)))
     return _atom(Binary(op, num.to_expr(), IntImm(d)))
 
 
@@ -179,7 +203,15 @@ def bounds(e: Expr, ranges: Ranges) -> Bounds:
         if e.op == "mod" and isinstance(e.b, IntImm) and e.b.value > 0:
             if ba is not None and ba[0] >= 0 and ba[1] < e.b.value:
                 return ba
-            return (0, e.b.value - 1)
+            # x % d for x a multiple of g is a multiple of gcd(g, d): at most d - gcd(g, d)
+            from math import gcd
+
+            lin = linear(e.a, {})
+            g = lin.const
+            for _, c in lin.terms.values():
+                g = gcd(g, c)
+            step = gcd(g, e.b.value) or 1
+            return (0, e.b.value - step)
         if ba is None or bb is None:
             return None
         if e.op == "add":
@@ -266,3 +298,17 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
             return FALSE if a.value else TRUE
         return Not(a)
     return _simplify_generic(e, ranges)
+
+
+def multiple_of(e: Expr, n: int) -> bool:
+    """Is the integer expression provably a multiple of ``n`` (for any values of its variables)?"""
+    if isinstance(e, IntImm):
+        return e.value % n == 0
+    if isinstance(e, Binary):
+        if e.op in ("add", "sub"):
+            return multiple_of(e.a, n) and multiple_of(e.b, n)
+        if e.op == "mul":
+            return multiple_of(e.a, n) or multiple_of(e.b, n)
+        if e.op == "mod" and isinstance(e.b, IntImm):
+            return e.b.value % n == 0 and multiple_of(e.a, n)
+    return False

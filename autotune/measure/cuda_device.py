@@ -114,7 +114,8 @@ def query_device(device_id: int = 0, timeout_s: float = 60.0) -> dict[str, Any]:
     max_shared_per_multiprocessor, registers_per_block, registers_per_multiprocessor,
     max_threads_per_multiprocessor, warp_size, l2_bytes, total_memory, clock_khz,
     memory_clock_khz, memory_bus_width, driver_version (e.g. 13000),
-    driver_cuda_version ("13.0"), pycuda_cuda_version, nvcc (= nvcc_version). Raises a one-line RuntimeError("no CUDA device: ...") when
+    driver_cuda_version ("13.0"), pycuda_cuda_version, nvcc (= nvcc_version).
+    Raises a one-line RuntimeError("no CUDA device: ...") when
     pycuda, the driver or the GPU is missing.
     """
     info = json.loads(_query(int(device_id), float(timeout_s)))

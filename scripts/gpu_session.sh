@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
+# Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE   (PHASE: smoke | tune | bench)
+# Writes logs and JSON under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+DB=${DB:-$OUT/cuda.db}
+phase=${1:-smoke}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -c "from autotune.measure.cuda_device import query_device; import json; print(json.dumps(query_device()))" | tee "$OUT/device.json"
+if [ "$phase" = smoke ]; then
+  timeout 300 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
+  timeout 200 python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 48 --db "$DB" --json --no-progress 2>&1 | tail -5
+  timeout 100 python3 scripts/tune.py --target cuda --op softmax --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
+  timeout 100 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
+  timeout 120 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
+fi
+if [ "$phase" = tune ]; then
+  T=${TRIALS:-200}
+  for spec in "matmul 1024,1024,1024" "matmul 2048,2048,2048" "matmul 4096,4096,4096" "dense_bias_gelu 128,3072,768" \
+              "conv2d 1,64,56,56,64,3,3,1,1" "add_relu_mul 8192,8192" "softmax 8192,8192" "layernorm 8192,8192"; do
+    set -- $spec
+    timeout ${STEP_S:-60} python3 scripts/tune.py --target cuda --op $1 --shape $2 --trials $T --db "$DB" --json --no-progress 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
+  done
+fi
+if [ "$phase" = bench ] || [ "$phase" = tune ]; then
+  timeout 240 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 10 --min-repeat-ms 50 2>&1 | tee "$OUT/bench.txt" | tail -14
+fi
+cp "$DB" "$OUT/" 2>/dev/null || true
