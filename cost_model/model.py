@@ -39,8 +39,8 @@ def normalized_throughput(samples: Sequence[Sample]) -> np.ndarray:
     return out
 
 
-def training_arrays(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(X, y, group ids) sorted by group, without rows whose features are missing (NaN) and without
+def training_arrays(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(X, y, group ids, weights) sorted by group, without rows whose features are missing (NaN) and without
     groups that hold no successful measurement (nothing to rank there)."""
     y_all = normalized_throughput(samples)
     keep_groups = {s.group for s, y in zip(samples, y_all) if y > 0}
@@ -51,11 +51,12 @@ def training_arrays(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray, 
         gid.setdefault(samples[i].group, len(gid))
     rows.sort(key=lambda i: gid[samples[i].group])
     if not rows:
-        return np.zeros((0, NUM_FEATURES)), np.zeros(0), np.zeros(0, dtype=np.int64)
+        return np.zeros((0, NUM_FEATURES)), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0)
     X = np.stack([samples[i].features for i in rows]).astype(np.float64)
     y = y_all[rows]
     g = np.array([gid[samples[i].group] for i in rows], dtype=np.int64)
-    return X, y, g
+    w = np.array([samples[i].weight for i in rows], dtype=np.float64)
+    return X, y, g, w
 
 
 def as_matrix(candidates: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:

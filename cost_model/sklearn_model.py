@@ -25,7 +25,7 @@ class SklearnModel(BaseModel):
         self.estimator: Any = None
 
     def fit(self, records: Sequence[Sample]) -> None:
-        X, y, _ = training_arrays(records)
+        X, y, _, w = training_arrays(records)
         if len(X) < 2 or np.ptp(y) == 0:
             self.trained = False
             return
@@ -40,7 +40,7 @@ class SklearnModel(BaseModel):
 
             est = GradientBoostingRegressor(n_estimators=self.init["n_estimators"], max_depth=4,
                                             random_state=self.init["seed"])
-        self.estimator = est.fit(Xs, y)
+        self.estimator = est.fit(Xs, y, sample_weight=w)
         self.trained = True
 
     def _predict(self, X: np.ndarray) -> np.ndarray:

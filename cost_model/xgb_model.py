@@ -44,13 +44,17 @@ class XGBModel(BaseModel):
     def fit(self, records: Sequence[Sample]) -> None:
         import xgboost as xgb
 
-        X, y, g = training_arrays(records)
+        X, y, g, w = training_arrays(records)
         if len(X) < 2 or np.ptp(y) == 0:
             self.trained = False
             return
         Xs = self._select(X, fit=True)
         ranking = self.init["objective"].startswith("rank:")
-        dtrain = xgb.DMatrix(Xs, label=y, qid=g) if ranking else xgb.DMatrix(Xs, label=y)
+        if ranking:  # one weight per group
+            dtrain = xgb.DMatrix(Xs, label=y, qid=g)
+            dtrain.set_weight(w[np.r_[0, np.flatnonzero(np.diff(g)) + 1]])
+        else:
+            dtrain = xgb.DMatrix(Xs, label=y, weight=w)
         self.booster = xgb.train(self._params(), dtrain, num_boost_round=self.init["rounds"])
         self.trained = True
 

@@ -11,11 +11,11 @@ phase=${1:-smoke}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from autotune.measure.cuda_device import query_device; import json; print(json.dumps(query_device()))" | tee "$OUT/device.json"
 if [ "$phase" = smoke ]; then
-  timeout 300 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
-  timeout 200 python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 48 --db "$DB" --json --no-progress 2>&1 | tail -5
-  timeout 100 python3 scripts/tune.py --target cuda --op softmax --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
-  timeout 100 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
-  timeout 120 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
+  timeout 200 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
+  timeout 150 python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 32 --db "$DB" --json --no-progress 2>&1 | tail -5
+  timeout 60 python3 scripts/tune.py --target cuda --op softmax --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
+  timeout 60 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
+  timeout 100 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
 fi
 if [ "$phase" = tune ]; then
   T=${TRIALS:-200}

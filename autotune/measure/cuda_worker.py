@@ -234,15 +234,19 @@ class _CudaState:
                     f"{where}: too much shared memory: {k.static_smem} static + {shared} dynamic bytes "
                     f"> {self.smem_optin} per block"
                 )
-            if shared > k.dyn_limit:
-                k.func.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-                k.dyn_limit = shared
             n_args = len(ln.args)
             fn = k.prepared.get(n_args)
             if fn is None:
                 fn = mod.module.get_function(ln.kernel)
                 fn.prepare("P" * n_args)
                 k.prepared[n_args] = fn
+                if k.dyn_limit > max(_DEFAULT_SMEM - k.static_smem, 0):
+                    fn.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, k.dyn_limit)
+            if shared > k.dyn_limit:
+                # Opt in to more than 48 KiB (set on every handle, to be safe).
+                for f in (k.func, *k.prepared.values()):
+                    f.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+                k.dyn_limit = shared
             plan.append((fn, grid, block, shared, tuple(ptrs[a] for a in ln.args)))
         return plan
 

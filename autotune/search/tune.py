@@ -12,6 +12,7 @@ from schedules import make_space
 from ..measure import Builder, CpuRunner, RunOptions
 from ..target import Target
 from ..te import Workload
+from .context import TuneContext
 from .measure_batch import Trial, WorkloadMeasurer
 from .tuner import make_tuner
 
@@ -24,6 +25,8 @@ class TuneOptions:
     batch_size: int = 8
     run: RunOptions = field(default_factory=lambda: RunOptions(repeat=3, min_repeat_ms=10.0, timeout_s=20.0))
     progress: bool = True
+    transfer: bool = True  # model-guided strategies learn from other workloads/targets in the DB
+    early_stop: int | None = None  # model-guided strategies stop after this many trials without gain
 
 
 @dataclass
@@ -70,20 +73,26 @@ def register(db: TuningDatabase, wl: Workload, target: Target) -> None:
 
 
 def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: TuneOptions,
-                  builder: Builder, runner: CpuRunner) -> TuneSummary:
-    """Measure until the DB holds ``options.trials`` results for (wl, target) or the space runs out."""
+                  builder: Builder | None, runner: CpuRunner | None,
+                  measurer: WorkloadMeasurer | None = None) -> TuneSummary:
+    """Measure until the DB holds ``options.trials`` results for (wl, target) or the space runs out
+    (or a model-guided tuner stops early). ``measurer`` replaces building and running on this
+    machine: anything with WorkloadMeasurer's ``measure`` method, e.g. a replay.ReplayRunner that
+    answers from recorded measurements."""
     start = time.perf_counter()
     register(db, wl, target)
     space = make_space(wl, target)
     done_keys = db.measured_config_keys(wl.key, target.key)
     todo = max(0, options.trials - len(done_keys))
-    tuner = make_tuner(options.strategy, space, options.seed, done_keys)
+    context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)
+    tuner = make_tuner(options.strategy, space, options.seed, done_keys, context=context)
     best = db.best(wl.key, target.key)
     best_s = best.mean_s if best else math.inf
     new = 0
     bar = _progress(options.progress, todo, workload_label(wl))
     counts = {"valid": 0, "errors": 0}
-    measurer = WorkloadMeasurer(wl, target, builder, runner, options.run) if todo else None
+    if measurer is None and todo:
+        measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
     while new < todo:
         configs = tuner.next_batch(min(options.batch_size, todo - new))
         if not configs:

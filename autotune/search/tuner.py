@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from records import config_key
 from schedules import Config, SearchSpace
+
+from .context import TuneContext
 
 
 class Tuner(Protocol):
@@ -77,10 +79,34 @@ class GridTuner:
         del configs, costs
 
 
-STRATEGIES = {"random": RandomTuner, "grid": GridTuner}
+def _model_strategy(model: str, transfer: bool) -> Callable[..., Tuner]:
+    """Model-guided tuners (autotune.search.xgb_tuner), imported on first use: xgboost is heavy."""
+
+    def make(space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
+             context: TuneContext | None = None) -> Tuner:
+        from .xgb_tuner import make_model_tuner
+
+        return make_model_tuner(model, transfer)(space, seed=seed, exclude=exclude, context=context)
+
+    make.needs_context = True  # type: ignore[attr-defined]
+    return make
 
 
-def make_tuner(strategy: str, space: SearchSpace, seed: int, exclude: set[str]) -> Tuner:
+STRATEGIES = {
+    "random": RandomTuner,
+    "grid": GridTuner,
+    "xgb": _model_strategy("xgb", True),  # transfer from other records in the DB unless turned off
+    "xgb-no-transfer": _model_strategy("xgb", False),
+    "sklearn": _model_strategy("sklearn", True),
+}
+
+
+def make_tuner(strategy: str, space: SearchSpace, seed: int, exclude: set[str],
+               context: TuneContext | None = None) -> Tuner:
+    """A tuner by strategy name; ``context`` (a TuneContext) is what model-guided tuners need."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(sorted(STRATEGIES))}")
-    return STRATEGIES[strategy](space, seed=seed, exclude=exclude)
+    factory = STRATEGIES[strategy]
+    if getattr(factory, "needs_context", False):
+        return factory(space, seed=seed, exclude=exclude, context=context)
+    return factory(space, seed=seed, exclude=exclude)

@@ -1,0 +1,237 @@
+"""Model-guided search (``--strategy xgb`` / ``sklearn``): simulated annealing over the space on a
+cost model's scores, batches picked greedily with a diversity filter plus epsilon-random configs,
+the model retrained after every batch, optionally seeded from other workloads' records (transfer)
+and stopped early after a run of trials without improvement."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from records import config_key
+from schedules import Config, SearchSpace
+
+from .context import TuneContext
+
+
+class ModelTuner:
+    """A Tuner whose proposals come from a cost model (cost_model.make_model(``model``))."""
+
+    name = "xgb"
+    needs_context = True
+
+    def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
+                 context: TuneContext | None = None, model: str = "xgb", transfer: bool = True, *,
+                 eps: float = 0.1, chains: int = 32, sa_steps: int = 12, diversity: int = 2,
+                 early_stop: int | None = None, max_transfer: int = 1500,
+                 model_options: dict | None = None) -> None:
+        from cost_model import make_model
+
+        self.space = space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.seen: set[str] = set(exclude or ())
+        self.ctx = context
+        self.name = model if transfer else f"{model}-no-transfer"
+        self.model = make_model(model, seed=seed, **(model_options or {}))
+        self.transfer = bool(transfer and context is not None and context.transfer)
+        self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
+        self.early_stop = early_stop if early_stop is not None else (context.early_stop if context else None)
+        self.max_transfer = max_transfer
+        self.cache: dict[str, np.ndarray | None] = (
+            context.feature_cache if context is not None and context.feature_cache is not None else {})
+        self.options = [[list(o) if isinstance(o, tuple) else o for o in k.options] for k in space.knobs]
+        self.measured: list[tuple[Config, float]] = []
+        self.best_cost = math.inf
+        self.since_best = 0
+        self.pool: list[Config] = []  # annealing states carried from batch to batch
+        self._transfer_samples: list | None = None
+        self._dirty = True
+        self.trained = False
+        self.stopped = False
+        self._load_history()
+
+    # --- data -------------------------------------------------------------------------------------
+    def _load_history(self) -> None:
+        """Earlier measurements of this task in the DB (a resumed session) are training data."""
+        if self.ctx is None or self.ctx.db is None:
+            return
+        for rec in self.ctx.db.measurements(self.ctx.workload.key, self.ctx.target.key):
+            self.measured.append((rec.config, rec.mean_s))
+            self.seen.add(config_key(rec.config))
+            self.best_cost = min(self.best_cost, rec.mean_s)
+
+    def features(self, configs: Sequence[Config]) -> np.ndarray:
+        """Feature rows of configs (cached; NaN rows where lowering fails)."""
+        from cost_model.features import NUM_FEATURES, extract
+
+        if self.ctx is None:  # no workload to lower: fall back to the knob encoding
+            return np.stack([self.space.encode(c) for c in configs]) if configs else np.zeros((0, 0))
+        out = np.full((len(configs), NUM_FEATURES), np.nan)
+        for i, c in enumerate(configs):
+            k = config_key(c)
+            if k not in self.cache:
+                try:
+                    self.cache[k] = extract(self.ctx.workload, self.space.steps(c), self.ctx.target)
+                except Exception:  # noqa: BLE001 - an illegal schedule scores -inf, nothing more
+                    self.cache[k] = None
+            f = self.cache[k]
+            if f is not None:
+                out[i] = f
+        return out
+
+    def transfer_samples(self) -> list:
+        """Samples of other workloads / targets (loaded once; [] when transfer is off)."""
+        if self._transfer_samples is None:
+            self._transfer_samples = []
+            if self.transfer:
+                if self.ctx.transfer_samples is not None:
+                    self._transfer_samples = list(self.ctx.transfer_samples)
+                elif self.ctx.db is not None:
+                    from cost_model.dataset import samples_from_db
+
+                    self._transfer_samples = samples_from_db(
+                        self.ctx.db, exclude=[(self.ctx.workload.key, self.ctx.target.key)],
+                        limit=self.max_transfer, seed=self.seed)
+        return self._transfer_samples
+
+    def _train(self) -> None:
+        from cost_model import Sample
+
+        self._dirty = False
+        own = []
+        if self.measured:
+            X = self.features([c for c, _ in self.measured])
+            own = [Sample(x, "self", cost) for x, (_, cost) in zip(X, self.measured)]
+        transfer = self.transfer_samples()
+        if own and transfer:  # the task at hand weighs as much as all transfer data together
+            w = max(1.0, len(transfer) / len(own))
+            own = [Sample(s.features, s.group, s.cost_s, w) for s in own]
+        if self.ctx is None and not any(math.isfinite(c) for _, c in self.measured):
+            self.trained = False
+            return
+        self.model.fit(own + transfer)
+        self.trained = bool(getattr(self.model, "trained", True))
+
+    # --- search -----------------------------------------------------------------------------------
+    def _random_unseen(self, n: int, taken: set[str], max_misses: int = 500) -> list[Config]:
+        out: list[Config] = []
+        misses = 0
+        while len(out) < n and misses < max_misses:
+            cfg = self.space.sample(self.rng)
+            k = config_key(cfg)
+            if k in self.seen or k in taken:
+                misses += 1
+                continue
+            taken.add(k)
+            out.append(cfg)
+        return out
+
+    def _neighbour(self, cfg: Config) -> Config:
+        """A random valid config one knob away (falls back to the space's full neighbour list)."""
+        knobs = self.space.knobs
+        for _ in range(16):
+            i = int(self.rng.integers(len(knobs)))
+            opts = self.options[i]
+            if len(opts) < 2:
+                continue
+            value = opts[int(self.rng.integers(len(opts)))]
+            if value == cfg[knobs[i].name]:
+                continue
+            new = dict(cfg)
+            new[knobs[i].name] = value
+            if self.space.is_valid(new):
+                return new
+        full = self.space.neighbours(cfg)
+        return full[int(self.rng.integers(len(full)))] if full else cfg
+
+    def _score(self, configs: Sequence[Config]) -> np.ndarray:
+        return self.model.predict(self.features(configs)) if configs else np.zeros(0)
+
+    def _anneal(self) -> list[tuple[float, Config]]:
+        """Simulated annealing from the carried states, the best measured configs and random ones;
+        returns every unseen config visited with its score, best first."""
+        starts = list(self.pool)
+        best = sorted((c for c in self.measured if math.isfinite(c[1])), key=lambda t: t[1])
+        starts += [c for c, _ in best[: max(1, self.chains // 4)]]
+        starts += [self.space.sample(self.rng) for _ in range(max(0, self.chains - len(starts)))]
+        points = starts[: self.chains]
+        scores = self._score(points)
+        found: dict[str, tuple[float, Config]] = {}
+
+        def note(cfgs: Sequence[Config], sc: np.ndarray) -> None:
+            for c, s in zip(cfgs, sc):
+                k = config_key(c)
+                if k not in self.seen and np.isfinite(s):
+                    found[k] = (float(s), c)
+
+        note(points, scores)
+        for step in range(self.sa_steps):
+            temp = max(1e-3, 1.0 - step / self.sa_steps)
+            proposals = [self._neighbour(p) for p in points]
+            ps = self._score(proposals)
+            note(proposals, ps)
+            finite = np.concatenate([scores[np.isfinite(scores)], ps[np.isfinite(ps)]])
+            scale = float(finite.std()) if len(finite) > 1 and finite.std() > 0 else 1.0
+            with np.errstate(over="ignore", invalid="ignore"):
+                gain = np.where(np.isfinite(ps), (ps - scores) / (scale * temp), -np.inf)
+                accept = (gain > 0) | (self.rng.random(len(points)) < np.exp(np.minimum(gain, 0)))
+            for i in np.flatnonzero(accept):
+                points[i], scores[i] = proposals[i], ps[i]
+        self.pool = points
+        return sorted(found.values(), key=lambda t: -t[0])
+
+    def _distance(self, a: Config, b: Config) -> int:
+        return sum(a[k.name] != b[k.name] for k in self.space.knobs)
+
+    def next_batch(self, n: int) -> list[Config]:
+        if self.early_stop is not None and self.since_best >= self.early_stop and self.measured:
+            self.stopped = True
+            return []
+        if self._dirty:
+            self._train()
+        taken: set[str] = set()
+        n_random = n if not self.trained else int((self.rng.random(n) < self.eps).sum())
+        picked: list[Config] = []
+        if n_random < n:
+            ranked = self._anneal()
+            for pass_ in (0, 1):  # diversity first, then whatever ranks best
+                for _, c in ranked:
+                    if len(picked) >= n - n_random:
+                        break
+                    k = config_key(c)
+                    if k in taken:
+                        continue
+                    if pass_ == 0 and any(self._distance(c, p) < self.diversity for p in picked):
+                        continue
+                    taken.add(k)
+                    picked.append(c)
+        picked += self._random_unseen(n - len(picked), taken)
+        self.seen.update(taken)
+        return picked
+
+    def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
+        for c, cost in zip(configs, costs):
+            self.seen.add(config_key(c))
+            self.measured.append((c, float(cost)))
+            if cost < self.best_cost:
+                self.best_cost = float(cost)
+                self.since_best = 0
+            else:
+                self.since_best += 1
+        self._dirty = True
+
+
+def make_model_tuner(model: str, transfer: bool) -> Any:
+    """A factory with the ``make_tuner`` call signature, for the STRATEGIES table."""
+
+    def make(space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
+             context: TuneContext | None = None) -> ModelTuner:
+        opts = dict(context.options) if context is not None else {}
+        return ModelTuner(space, seed=seed, exclude=exclude, context=context, model=model,
+                          transfer=transfer, **opts)
+
+    make.needs_context = True  # type: ignore[attr-defined]
+    return make
