@@ -19,11 +19,12 @@ MODEL_FORMAT = "autotune-cost-model"
 @dataclass(frozen=True)
 class Sample:
     """One measured candidate: its features, the group it is ranked within (one workload on one
-    target) and its cost in seconds (``inf`` when it failed)."""
+    target), its cost in seconds (``inf`` when it failed); ``weight`` scales its group in training."""
 
     features: np.ndarray
     group: str
     cost_s: float
+    weight: float = 1.0
 
 
 def normalized_throughput(samples: Sequence[Sample]) -> np.ndarray:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -90,23 +91,31 @@ class WorkloadMeasurer:
         base = run_options or RunOptions()
         self.options = _with_tolerances(base, rtol, atol)
         self.task_id = f"{workload.key}-{id(self)}"
+        self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # where measuring time goes
         runner.set_task(self.task_id, inputs, reference, [(o.shape, o.dtype) for o in workload.outputs])
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
         """Measure a batch; yields each trial as soon as its result is known (builds run in
         parallel first, then kernels run one at a time so they do not disturb each other)."""
         rendered = []
+        t0 = time.perf_counter()
         for cfg, st in zip(configs, steps):
             try:
                 rendered.append((cfg, st, self.backend.render(self.workload, st)))
             except ScheduleError as err:
                 yield Trial(cfg, st, (), ErrorKind.INVALID_SCHEDULE.value, str(err), 0.0)
+        t1 = time.perf_counter()
         builds = self.builder.build_many([(name, src) for _, _, (name, src, _) in rendered])
+        t2 = time.perf_counter()
+        self.seconds["render"] += t1 - t0
+        self.seconds["build"] += t2 - t1
         for (cfg, st, (name, _, payload)), b in zip(rendered, builds):
             if b.error_kind is not None:
                 yield Trial(cfg, st, (), b.error_kind.value, b.error_msg, b.build_s)
                 continue
+            t3 = time.perf_counter()
             r = self.backend.run(b.lib_path, name, payload, self.task_id, self.options)
+            self.seconds["run"] += time.perf_counter() - t3
             kind = r.error_kind.value if r.error_kind is not None else None
             yield Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
 

@@ -16,7 +16,7 @@ import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from records import MeasurementRecord, TuningDatabase, config_key
 from schedules import Config, SearchSpace, make_space
@@ -120,15 +120,18 @@ class ReplayRunner:
                 yield Trial(cfg, st, (), NOT_IN_REPLAY_DB, "config not in the replay DB", 0.0)
                 continue
             self.hits += 1
-            yield Trial(cfg, st, tuple(rec.costs) if rec.ok else (), rec.error_kind, rec.error_msg, rec.build_s)
+            costs = tuple(rec.costs) if rec.ok else ()
+            yield Trial(cfg, st, costs, rec.error_kind, rec.error_msg, rec.build_s)
 
 
 def replay_tune(replay: ReplayDB, task: ReplayTask, strategy: str, trials: int, seed: int = 0,
                 batch_size: int = 8, transfer: bool = True, early_stop: int | None = None,
                 transfer_samples: list | None = None, feature_cache: dict | None = None,
-                tuner_options: dict | None = None) -> list[float]:
+                tuner_options: dict | None = None,
+                stop_when: Callable[[list[float]], bool] | None = None) -> list[float]:
     """Run one strategy on recorded results, without a DB; the cost (s) of each trial in order
-    (``inf`` for errors and configs the DB lacks). Transfer data comes from ``transfer_samples``."""
+    (``inf`` for errors and configs the DB lacks). Transfer data comes from ``transfer_samples``;
+    ``stop_when(costs)`` ends the run early when it returns True (checked after every batch)."""
     ctx = TuneContext(task.workload, task.target, None, transfer=transfer, early_stop=early_stop,
                       transfer_samples=transfer_samples, feature_cache=feature_cache,
                       options=dict(tuner_options or {}))
@@ -142,6 +145,8 @@ def replay_tune(replay: ReplayDB, task: ReplayTask, strategy: str, trials: int, 
         results = list(runner.measure(configs, [[] for _ in configs]))
         costs += [t.mean_s for t in results]
         tuner.update([t.config for t in results], [t.mean_s for t in results])
+        if stop_when is not None and stop_when(costs):
+            break
     return costs
 
 

@@ -44,6 +44,7 @@ class TuneSummary:
     space_size: int
     elapsed_s: float
     errors_by_kind: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # render / build / run / search+db of this call
 
     def to_json(self) -> dict:
         return {
@@ -60,6 +61,7 @@ class TuneSummary:
             "best_config": self.best_config,
             "space_size": self.space_size,
             "elapsed_s": round(self.elapsed_s, 2),
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
         }
 
 
@@ -111,7 +113,12 @@ def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: Tun
         tuner.update([t.config for t in trials], [t.mean_s for t in trials])
     if bar is not None:
         bar.close()
-    return summarize(db, wl, target, new, space.size(), time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    summary = summarize(db, wl, target, new, space.size(), elapsed)
+    if measurer is not None:
+        summary.seconds = dict(measurer.seconds)
+        summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
+    return summary
 
 
 def summarize(db: TuningDatabase, wl: Workload, target: Target, new: int, space_size: int,

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Compare search strategies: trials needed to reach 95% of the best-known config.
+
+Replay (default): every workload of a fully measured records DB (tests/data/replay_cpu.jsonl.gz,
+made by scripts/make_replay_db.py), several seeds, strategies
+  random         uniform sampling
+  xgb            XGBoost ranker + simulated annealing, no transfer
+  xgb+transfer   the same, seeded with the records of the *other* workloads (leave-one-out)
+  sklearn        random-forest regressor + the same search, no transfer
+prints per-workload and overall medians, the ranking quality (Spearman of predicted vs measured
+throughput on each held-out workload), the feature-extraction time, and writes a tuning-curve PNG.
+
+Real hardware (--real): tunes one workload (default matmul 1024x1024x1024) on this CPU with each
+strategy into its own fresh DB, e.g. xgb for 200 trials against random for 600:
+    python scripts/bench_search.py --real --trials 200 --random-trials 600
+That takes a long time (hours for 1024^3 on a small machine); it is not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from autotune.search.replay import ReplayDB, ReplayTask, replay_tune, trials_to_reach  # noqa: E402
+from cost_model import Sample, make_model, spearman  # noqa: E402
+from cost_model.features import extract  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REPLAY = ROOT / "tests" / "data" / "replay_cpu.jsonl.gz"
+STRATEGIES = {  # name -> (tuner strategy, transfer)
+    "random": ("random", False),
+    "xgb": ("xgb", False),
+    "xgb+transfer": ("xgb", True),
+    "sklearn": ("sklearn", False),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--replay", default=str(DEFAULT_REPLAY), help="fully measured records (DB or .jsonl.gz)")
+    p.add_argument("--workloads", help="comma-separated labels of the replay workloads to use (default all)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per workload and strategy (default 5)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(STRATEGIES)}")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best (0.95)")
+    p.add_argument("--curve", type=int, default=96, help="trials on the tuning curve (default 96)")
+    p.add_argument("--max-transfer", type=int, default=1500, help="transfer samples per run (default 1500)")
+    p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
+    p.add_argument("--json", help="write every run's costs and the summary here")
+    p.add_argument("--quiet", action="store_true", help="no per-run lines")
+    real = p.add_argument_group("real hardware")
+    real.add_argument("--real", action="store_true", help="tune on this CPU instead of replaying")
+    real.add_argument("--op", default="matmul")
+    real.add_argument("--shape", default="1024,1024,1024")
+    real.add_argument("--trials", type=int, default=200, help="trials of the model-guided strategies")
+    real.add_argument("--random-trials", type=int, default=600, help="trials of random search")
+    real.add_argument("--transfer-db", default=str(DEFAULT_REPLAY),
+                      help="records that seed xgb+transfer (DB or .jsonl.gz)")
+    real.add_argument("--db-dir", help="keep each strategy's DB here (default: a temporary folder)")
+    return p
+
+
+# --- replay ---------------------------------------------------------------------------------------
+def task_features(task: ReplayTask) -> tuple[dict[str, np.ndarray | None], list[Sample]]:
+    """Features of every recorded config of a task (the tuner's cache) and its samples."""
+    cache: dict[str, np.ndarray | None] = {}
+    samples = []
+    group = f"{task.workload.key}/{task.target.key}"
+    for key, rec in task.records.items():
+        try:
+            f = extract(task.workload, task.space.steps(rec.config), task.target)
+        except Exception:  # noqa: BLE001 - an illegal schedule: no features
+            f = None
+        cache[key] = f
+        if f is not None:
+            samples.append(Sample(f, group, rec.mean_s))
+    return cache, samples
+
+
+def subsample(samples: list[Sample], limit: int, seed: int) -> list[Sample]:
+    """At most ``limit`` samples, split evenly over groups, each group's best kept."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+    per = max(2, limit // max(1, len(groups)))
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in sorted(groups):
+        ss = sorted(groups[g], key=lambda s: s.cost_s)
+        if len(ss) > per:
+            top = max(1, per // 8)
+            rest = rng.choice(len(ss) - top, size=per - top, replace=False) + top
+            ss = ss[:top] + [ss[i] for i in sorted(rest)]
+        out += ss
+    return out
+
+
+def best_so_far(costs: list[float], best_s: float, n: int) -> list[float]:
+    """Normalized throughput of the best config found after 1..n trials (flat after the run ends)."""
+    out, cur = [], math.inf
+    for i in range(n):
+        if i < len(costs):
+            cur = min(cur, costs[i])
+        out.append(best_s / cur if math.isfinite(cur) else 0.0)
+    return out
+
+
+def run_replay(args: argparse.Namespace) -> dict:
+    replay = ReplayDB(args.replay)
+    tasks = replay.tasks()
+    if args.workloads:
+        wanted = args.workloads.split(",")
+        tasks = [t for t in tasks if t.label in wanted]
+    strategies = args.strategies.split(",")
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise SystemExit(f"error: unknown strategy {s!r}; valid: {', '.join(STRATEGIES)}")
+    print(f"replay {args.replay}: {len(tasks)} workloads, {args.seeds} seeds, "
+          f"strategies {', '.join(strategies)}")
+
+    t0 = time.perf_counter()
+    feats = {t.key: task_features(t) for t in tasks}
+    n_feat = sum(len(c) for c, _ in feats.values())
+    dt = time.perf_counter() - t0
+    each = dt / max(1, n_feat)
+    print(f"features: {n_feat} candidates lowered + extracted in {dt:.1f} s ({1000 * each:.1f} ms each; "
+          f"a batch of 512 ~ {512 * each:.1f} s)")
+    ranking = ranking_quality(tasks, feats, args.max_transfer)
+
+    runs: list[dict] = []
+    for task in tasks:
+        best = task.best_s
+        size = len(task.records)
+        top = sum(1 for r in task.records.values() if r.mean_s > 0 and best / r.mean_s >= args.fraction)
+        print(f"\n{task.label}: {size} configs, {top} within {args.fraction:.0%} of the best "
+              f"({task.workload.flops / best / 1e9:.1f} GFLOP/s)")
+        others = [s for k, (_, ss) in feats.items() if k != task.key for s in ss]
+        for name in strategies:
+            strategy, transfer = STRATEGIES[name]
+            hits = []
+            for seed in range(args.seeds):
+                start = time.perf_counter()
+                cache = dict(feats[task.key][0])
+                samples = subsample(others, args.max_transfer, seed) if transfer else None
+
+                def done(costs: list[float], best: float = best) -> bool:
+                    reached = trials_to_reach(costs, best, args.fraction) is not None
+                    return reached and len(costs) >= args.curve
+
+                costs = replay_tune(replay, task, strategy, size, seed=seed, batch_size=args.batch_size,
+                                    transfer=transfer, transfer_samples=samples, feature_cache=cache,
+                                    stop_when=done)
+                hit = trials_to_reach(costs, best, args.fraction)
+                hits.append(hit if hit is not None else size + 1)
+                runs.append({"workload": task.label, "strategy": name, "seed": seed, "trials_to_target": hit,
+                             "costs": [c if math.isfinite(c) else None for c in costs],
+                             "seconds": round(time.perf_counter() - start, 2)})
+                if not args.quiet:
+                    print(f"  {name:13s} seed {seed}: {hit if hit is not None else 'never'} trials "
+                          f"({time.perf_counter() - start:.1f} s)", flush=True)
+            print(f"  {name:13s} median {statistics.median(hits):6.1f}  runs {hits}", flush=True)
+    summary = summarize(runs, tasks, strategies)
+    curves = {}
+    for name in strategies:
+        per = [best_so_far([c if c is not None else math.inf for c in r["costs"]],
+                           next(t.best_s for t in tasks if t.label == r["workload"]), args.curve)
+               for r in runs if r["strategy"] == name]
+        curves[name] = np.mean(per, axis=0).tolist() if per else []
+    plot(curves, args.png, f"replay: {len(tasks)} workloads x {args.seeds} seeds", args.fraction)
+    return {"mode": "replay", "summary": summary, "ranking": ranking, "curves": curves, "runs": runs,
+            "feature_ms": 1000 * dt / max(1, n_feat)}
+
+
+def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str]) -> dict:
+    print("\nmedian trials to reach 95% of the best (unreached runs count as space size + 1)")
+    labels = [t.label for t in tasks]
+    sizes = {t.label: len(t.records) for t in tasks}
+    width = max(len(x) for x in labels + ["overall"])
+    print(" " * width + "".join(f"{s:>14s}" for s in strategies))
+    table: dict[str, dict[str, float]] = {}
+    for label in labels + ["overall"]:
+        row = {}
+        for s in strategies:
+            hits = [r["trials_to_target"] or sizes[r["workload"]] + 1 for r in runs
+                    if r["strategy"] == s and label in ("overall", r["workload"])]
+            row[s] = statistics.median(hits) if hits else math.nan
+        table[label] = row
+        print(f"{label:{width}s}" + "".join(f"{row[s]:14.1f}" for s in strategies))
+    base = table["overall"].get("random")
+    ratios = {}
+    if base:
+        for s in strategies:
+            if s != "random":
+                ratios[s] = table["overall"][s] / base
+                print(f"{s}: {ratios[s]:.2f} x random's median trials (overall)")
+        # also the median over workloads of the per-workload ratio
+        for s in strategies:
+            if s != "random":
+                per = [table[w][s] / table[w]["random"] for w in labels if table[w]["random"]]
+                print(f"{s}: median over workloads of (its median / random's median) = "
+                      f"{statistics.median(per):.2f}")
+    if "xgb" in strategies and "xgb+transfer" in strategies:
+        helped = [w for w in labels if table[w]["xgb+transfer"] < table[w]["xgb"]]
+        hurt = [w for w in labels if table[w]["xgb+transfer"] > table[w]["xgb"]]
+        print(f"transfer helped on: {', '.join(helped) or '-'}; hurt on: {', '.join(hurt) or '-'}")
+    return {"medians": table, "ratios_vs_random": ratios}
+
+
+def ranking_quality(tasks: list[ReplayTask], feats: dict, limit: int) -> dict:
+    """Spearman of predicted vs measured throughput on each workload, trained on the others."""
+    if len(tasks) < 2:
+        return {}
+    print("\nranking quality on a held-out workload (Spearman, predicted vs measured throughput)")
+    out: dict[str, dict[str, float]] = {}
+    for task in tasks:
+        train = subsample([s for k, (_, ss) in feats.items() if k != task.key for s in ss], limit, 0)
+        test = feats[task.key][1]
+        X = np.stack([s.features for s in test])
+        y = np.array([1.0 / s.cost_s if math.isfinite(s.cost_s) and s.cost_s > 0 else 0.0 for s in test])
+        row = {}
+        for name in ("xgb", "sklearn"):
+            model = make_model(name)
+            model.fit(train)
+            row[name] = spearman(model.predict(X), y)
+        out[task.label] = row
+        print(f"  {task.label}: " + ", ".join(f"{k} {v:+.3f}" for k, v in row.items()))
+    for name in ("xgb", "sklearn"):
+        print(f"  mean {name}: {statistics.mean(r[name] for r in out.values()):+.3f}")
+    return out
+
+
+def plot(curves: dict[str, list[float]], path: str, title: str, fraction: float) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed (pip install matplotlib, or the 'plot' extra): no {path}")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=name)
+    ax.axhline(fraction, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best so far / best known (throughput)")
+    ax.set_title(title)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+# --- real hardware --------------------------------------------------------------------------------
+def run_real(args: argparse.Namespace) -> dict:
+    from autotune.measure import Builder, CpuRunner
+    from autotune.search import TuneOptions, tune_workload
+    from autotune.search.replay import open_records
+    from autotune.target import cpu_target
+    from autotune.te import make_workload
+    from records import TuningDatabase
+
+    wl = make_workload(args.op, args.shape)
+    target = cpu_target()
+    strategies = args.strategies.split(",")
+    folder = Path(args.db_dir or tempfile.mkdtemp(prefix="bench_search_"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"real: {args.op} {args.shape} on {target.describe()}; DBs in {folder}")
+    curves_s: dict[str, list[float]] = {}
+    results = {}
+    with Builder() as builder, CpuRunner() as runner:
+        for name in strategies:
+            strategy, transfer = STRATEGIES[name]
+            trials = args.random_trials if name == "random" else args.trials
+            path = folder / f"{name.replace('+', '_')}.db"
+            db = TuningDatabase(path)
+            if transfer:  # seed the fresh DB with the transfer records (other workloads)
+                src = open_records(args.transfer_db)
+                for w in src.workloads():
+                    db.add_workload(w["key"], w["name"], w["description"], w["flops"])
+                for t in src.targets():
+                    db.add_target(t["key"], t["kind"], t["fingerprint"])
+                db.add_measurements(r for r in src.measurements() if r.workload_key != wl.key)
+                src.close()
+            start = time.perf_counter()
+            opts = TuneOptions(trials=trials, strategy=strategy, seed=0, transfer=transfer, progress=True)
+            s = tune_workload(wl, target, db, opts, builder, runner)
+            rows = db.measurements(wl.key, target.key)
+            curves_s[name] = [r.mean_s for r in rows]
+            results[name] = {"trials": s.trials, "best_gflops": s.best_gflops,
+                             "seconds": round(time.perf_counter() - start, 1)}
+            print(f"{name}: {s.trials} trials, best {s.best_gflops:.2f} GFLOP/s, "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            db.close()
+    best = min(min(c) for c in curves_s.values() if c)
+    for name, costs in curves_s.items():
+        hit = trials_to_reach(costs, best, args.fraction)
+        results[name]["trials_to_target"] = hit
+        at = {n: wl.flops / min(costs[:n]) / 1e9 for n in (args.trials, args.random_trials)
+              if len(costs) >= n}
+        print(f"{name}: reaches {args.fraction:.0%} of the best found by any strategy after {hit} trials; "
+              + ", ".join(f"best at {n}: {g:.2f} GFLOP/s" for n, g in at.items()))
+    if "xgb" in results and "random" in results:
+        ok = results["xgb"]["best_gflops"] >= results["random"]["best_gflops"]
+        print(f"xgb best at {args.trials} trials ({results['xgb']['best_gflops']:.2f} GFLOP/s) "
+              f"{'>=' if ok else '<'} random best at {args.random_trials} "
+              f"({results['random']['best_gflops']:.2f} GFLOP/s)")
+    n = max(len(c) for c in curves_s.values())
+    curves = {k: best_so_far(c, best, n) for k, c in curves_s.items()}
+    plot(curves, args.png, f"real: {args.op} {args.shape}", args.fraction)
+    return {"mode": "real", "results": results, "curves": curves}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = run_real(args) if args.real else run_replay(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
