@@ -13,9 +13,9 @@ from .ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLo
 from .ir.passes import _walk_deep, check_parallel, map_exprs, simplify_stmt, unroll_loops, vectorize_loops
 from .ir.printer import format_stmt
 from .schedule import ScheduleError, Step, apply_steps
-from .te.expr import Expr
 from .target import Target
 from .te import Workload
+from .te.expr import Expr
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ def lower_program(workload: Workload, steps: Sequence[Step], target: Target) -> 
 def build_program(workload: Workload, steps: Sequence[Step], target: Target) -> Program:
     """Lowered IR and rendered source of one schedule (CPU)."""
     if target.kind != "cpu":
-        raise NotImplementedError(f"build_program is the CPU path; use build_cuda_program for {target.kind!r}")
+        raise NotImplementedError(
+            f"build_program is the CPU path; use build_cuda_program for {target.kind!r}"
+        )
     func = lower_program(workload, steps, target)
     return Program(func.name, func, CpuRenderer(target.vector_lanes).render(func))
 
@@ -71,7 +73,9 @@ class CudaSource:
         from .measure.cuda_builder import CudaProgram, Launch
 
         index = {b.name: i for i, b in enumerate(self.buffers)}
-        launches = tuple(Launch(k.name, k.grid, k.block, tuple(index[p] for p in k.params)) for k in self.kernels)
+        launches = tuple(
+            Launch(k.name, k.grid, k.block, tuple(index[p] for p in k.params)) for k in self.kernels
+        )
         workspace = tuple(b.size * 4 for b in self.buffers[self.n_args :])
         return CudaProgram(self.source, launches, workspace)
 
@@ -139,8 +143,9 @@ class GpuKernel:
         return n
 
 
-def lower_cuda_kernels(workload: Workload, steps: Sequence[Step], target: Target
-                       ) -> tuple[list[GpuKernel], list[Buffer], list[Buffer]]:
+def lower_cuda_kernels(
+    workload: Workload, steps: Sequence[Step], target: Target
+) -> tuple[list[GpuKernel], list[Buffer], list[Buffer]]:
     """(kernels in launch order, argument buffers, workspace buffers): one kernel per root stage."""
     sch = apply_steps(workload.outputs, steps)
     args, heap, nests = lower_stages(sch, workload.args)
@@ -153,8 +158,9 @@ def lower_cuda_kernels(workload: Workload, steps: Sequence[Step], target: Target
         body = vectorize_loops(body, target.vector_lanes)
         body = simplify_stmt(body) or Seq([])
         grid, block = _launch_dims(body)
-        k = GpuKernel(f"{base}_k{i}", body, tuple(b for b in args + heap if b.name in _buffers_used(body)),
-                      grid, block)
+        k = GpuKernel(
+            f"{base}_k{i}", body, tuple(b for b in args + heap if b.name in _buffers_used(body)), grid, block
+        )
         if k.threads > int(target.fingerprint.get("max_threads_per_block", 1024)):
             raise ScheduleError(f"{k.threads} threads per block exceed the device limit")
         kernels.append(k)
@@ -166,15 +172,20 @@ def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target
     kernels, args, heap = lower_cuda_kernels(workload, steps, target)
     parts, texts, plans = [], [], []
     for k in kernels:
-        parts.append(CudaRenderer(k.block, target.vector_lanes).render_kernel(k.name, list(k.params), k.body,
-                                                                              max(k.threads, 1)))
+        parts.append(
+            CudaRenderer(k.block, target.vector_lanes).render_kernel(
+                k.name, list(k.params), k.body, max(k.threads, 1)
+            )
+        )
         texts.append(f"kernel {k.name} grid={k.grid} block={k.block}:\n" + "\n".join(format_stmt(k.body, 1)))
-        plans.append(CudaKernelPlan(
-            k.name,
-            tuple(k.grid.get(f"blockIdx.{a}", 1) for a in _AXES),
-            tuple(k.block.get(f"threadIdx.{a}", 1) for a in _AXES),
-            tuple(b.name for b in k.params),
-        ))
+        plans.append(
+            CudaKernelPlan(
+                k.name,
+                tuple(k.grid.get(f"blockIdx.{a}", 1) for a in _AXES),
+                tuple(k.block.get(f"threadIdx.{a}", 1) for a in _AXES),
+                tuple(b.name for b in k.params),
+            )
+        )
     source = CudaRenderer().prelude() + "\n" + "\n\n".join(parts) + "\n"
     return CudaSource(source, tuple(plans), tuple(args + heap), len(args), "\n".join(texts))
 

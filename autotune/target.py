@@ -8,7 +8,19 @@ import os
 import platform
 from dataclasses import dataclass, field
 
-_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile", "neon", "asimd")
+_ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "amx_tile",
+    "neon",
+    "asimd",
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,18 @@ def cpu_target(compiler: str = "gcc") -> Target:
 def cuda_target(device: dict) -> Target:
     """A CUDA target from a device description (see autotune.measure.cuda_device.query_device):
     name, arch (e.g. "sm_90", read from the device, never assumed), SM count, limits, versions."""
-    keys = ("name", "arch", "multiprocessors", "max_threads_per_block", "max_shared_per_block",
-            "max_shared_per_block_optin", "registers_per_block", "l2_bytes", "driver_version", "nvcc")
+    keys = (
+        "name",
+        "arch",
+        "multiprocessors",
+        "max_threads_per_block",
+        "max_shared_per_block",
+        "max_shared_per_block_optin",
+        "registers_per_block",
+        "l2_bytes",
+        "driver_version",
+        "nvcc",
+    )
     fp = {k: device[k] for k in keys if k in device}
     if "arch" not in fp:
         raise ValueError("a CUDA target needs the device's arch (e.g. sm_90)")
@@ -93,6 +115,14 @@ def cuda_target(device: dict) -> Target:
 
 def offline_cuda_target(arch: str = "sm_90") -> Target:
     """A CUDA target for compiling without a device (tests, code inspection); H100/H200-like limits."""
-    return cuda_target({"name": f"offline {arch}", "arch": arch, "multiprocessors": 132,
-                        "max_threads_per_block": 1024, "max_shared_per_block": 49152,
-                        "max_shared_per_block_optin": 232448, "registers_per_block": 65536})
+    return cuda_target(
+        {
+            "name": f"offline {arch}",
+            "arch": arch,
+            "multiprocessors": 132,
+            "max_threads_per_block": 1024,
+            "max_shared_per_block": 49152,
+            "max_shared_per_block_optin": 232448,
+            "registers_per_block": 65536,
+        }
+    )

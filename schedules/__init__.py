@@ -15,5 +15,13 @@ def make_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Tar
     raise NotImplementedError(f"no schedule space for target {target.kind!r} yet")
 
 
-__all__ = ["ChoiceKnob", "Config", "CpuSketch", "SearchSpace", "SplitKnob", "cpu_space", "factorizations",
-           "make_space"]
+__all__ = [
+    "ChoiceKnob",
+    "Config",
+    "CpuSketch",
+    "SearchSpace",
+    "SplitKnob",
+    "cpu_space",
+    "factorizations",
+    "make_space",
+]

@@ -190,4 +190,3 @@ class CpuSketch(Sketch):
 def cpu_space(workload: Workload, target: Target) -> SearchSpace:
     """The CPU search space of a workload."""
     return CpuSketch(workload, target).space()
-

@@ -57,21 +57,37 @@ class CudaSketch(Sketch):
     def space(self) -> SearchSpace:
         if self.mode == "rowwise":
             knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
-            return SearchSpace(f"cuda/rowwise/{self.workload.name}", knobs, self.steps,
-                               [("vector_width", self._row_vector_ok)])
+            return SearchSpace(
+                f"cuda/rowwise/{self.workload.name}",
+                knobs,
+                self.steps,
+                [("vector_width", self._row_vector_ok)],
+            )
         if self.mode not in ("cache_write", "epilogue"):
             knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
-            return SearchSpace(f"cuda/simple/{self.workload.name}", knobs, self.steps,
-                               [("vector_width", self._simple_vector_ok)])
+            return SearchSpace(
+                f"cuda/simple/{self.workload.name}",
+                knobs,
+                self.steps,
+                [("vector_width", self._simple_vector_ok)],
+            )
         knobs: list = [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
         knobs += [SplitKnob(f"tile_{a}", e, 2) for a, e in zip(self.reduce_axes, self.reduce_extents)]
-        knobs += [ChoiceKnob("fetch_vector", (1, 4)), ChoiceKnob("pad", (0, 4)), ChoiceKnob("unroll_k", (0, 1))]
+        knobs += [
+            ChoiceKnob("fetch_vector", (1, 4)),
+            ChoiceKnob("pad", (0, 4)),
+            ChoiceKnob("unroll_k", (0, 1)),
+        ]
         constraints = [
             ("threads_per_block", self._threads_ok),
+            ("occupancy", self._occupancy_ok),
             ("registers", lambda c: self._per_thread(c) <= 128),
             ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
             ("fetch_vector", self._fetch_ok),
-            ("unroll_k", lambda c: not c["unroll_k"] or math.prod(self._t(c, r)[1] for r in self.reduce_axes) <= 32),
+            (
+                "unroll_k",
+                lambda c: not c["unroll_k"] or math.prod(self._t(c, r)[1] for r in self.reduce_axes) <= 32,
+            ),
         ]
         return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
 
@@ -82,8 +98,15 @@ class CudaSketch(Sketch):
         return math.prod(self._t(c, a)[1] for a in self.axes)
 
     def _threads_ok(self, c: Config) -> bool:
+        """At least a warp (unless the whole problem is smaller), within the device limit."""
         n = self._threads(c)
-        return 32 <= n <= self.max_threads or (n < 32 and n == math.prod(self.extents))
+        return min(32, math.prod(self.extents)) <= n <= self.max_threads
+
+    def _occupancy_ok(self, c: Config) -> bool:
+        """Enough blocks to give every multiprocessor work when the problem is large enough."""
+        sms = int(self.target.fingerprint.get("multiprocessors", 1))
+        blocks = math.prod(self._t(c, a)[0] for a in self.axes)
+        return blocks >= min(sms, math.prod(self.extents) // 1024)
 
     def _per_thread(self, c: Config) -> int:
         return math.prod(self._t(c, a)[2] * self._t(c, a)[3] for a in self.axes)
@@ -174,8 +197,11 @@ class CudaSketch(Sketch):
         b, t, v, i = [], [], [], []
         for ta, a in zip(self.tile_axes, self.axes):
             f = self._t(c, a)
-            steps += [SplitStep(T, ta, f[1] * f[2] * f[3]), SplitStep(T, f"{ta}.1", f[2] * f[3]),
-                      SplitStep(T, f"{ta}.1.1", f[3])]
+            steps += [
+                SplitStep(T, ta, f[1] * f[2] * f[3]),
+                SplitStep(T, f"{ta}.1", f[2] * f[3]),
+                SplitStep(T, f"{ta}.1.1", f[3]),
+            ]
             b.append(f"{ta}.0")
             t.append(f"{ta}.1.0")
             v.append(f"{ta}.1.1.0")
@@ -243,8 +269,11 @@ def _spread(stage: Stage, threads: int, vec: int) -> list[Step]:
     if vec > 1:
         steps += [SplitStep(stage.name, f, vec)]
         lanes, f = f"{f}.1", f"{f}.0"
-    steps += [SplitStep(stage.name, f, threads), bind(stage.name, f"{f}.0", "blockIdx.x"),
-              bind(stage.name, f"{f}.1", "threadIdx.x")]
+    steps += [
+        SplitStep(stage.name, f, threads),
+        bind(stage.name, f"{f}.0", "blockIdx.x"),
+        bind(stage.name, f"{f}.1", "threadIdx.x"),
+    ]
     if vec > 1:
         # the lane loop must be innermost: it already is (split order outer -> inner)
         steps.append(vectorize(stage.name, lanes))

@@ -89,7 +89,8 @@ class Sketch:
     def _plan_tiling(self, anchor: Stage) -> None:
         inlined = set(self.inline_always) | set(self.inline_knob)
         consumers = [
-            s for s in self.sch.stages
+            s
+            for s in self.sch.stages
             if s.name not in inlined and s is not anchor and self._reads_through(s, anchor, inlined)
         ]
         if anchor.is_output:

@@ -22,8 +22,14 @@ from autotune.target import offline_cuda_target
 from schedules import make_space
 
 TARGET = offline_cuda_target("sm_90")
-MATMUL_CFG = {"tile_i": [2, 8, 2, 2], "tile_j": [2, 4, 2, 4], "tile_k": [8, 8], "fetch_vector": 4, "pad": 4,
-              "unroll_k": 1}
+MATMUL_CFG = {
+    "tile_i": [2, 8, 2, 2],
+    "tile_j": [2, 4, 2, 4],
+    "tile_k": [8, 8],
+    "fetch_vector": 4,
+    "pad": 4,
+    "unroll_k": 1,
+}
 SOFTMAX_CFG = {"threads": 128, "vector": 4}
 
 
@@ -36,8 +42,15 @@ def cuda_source(op: str, shape: str, config: dict) -> str:
 
 def test_matmul_source_has_gpu_constructs() -> None:
     src = cuda_source("matmul", "64,64,64", MATMUL_CFG)
-    for needle in ('extern "C" __global__', "__launch_bounds__(32)", "__shared__ float A_shared",
-                   "__syncthreads();", "blockIdx.x", "threadIdx.x", "*(float4*)(A_shared +"):
+    for needle in (
+        'extern "C" __global__',
+        "__launch_bounds__(32)",
+        "__shared__ float A_shared",
+        "__syncthreads();",
+        "blockIdx.x",
+        "threadIdx.x",
+        "*(float4*)(A_shared +",
+    ):
         assert needle in src, needle
     # the accumulator is a register array, not shared memory
     assert "float matmul_local[" in src and "__shared__ float matmul_local" not in src
@@ -50,17 +63,24 @@ def test_softmax_source_uses_warp_shuffles() -> None:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize(("op", "shape", "config"), [
-    ("matmul", "64,64,64", MATMUL_CFG),
-    ("softmax", "64,256", SOFTMAX_CFG),
-    ("layernorm", "32,256", {"threads": 64, "vector": 4}),
-    ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
-])
+@pytest.mark.parametrize(
+    ("op", "shape", "config"),
+    [
+        ("matmul", "64,64,64", MATMUL_CFG),
+        ("softmax", "64,256", SOFTMAX_CFG),
+        ("layernorm", "32,256", {"threads": 64, "vector": 4}),
+        ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
+    ],
+)
 def test_generated_cuda_compiles_with_nvcc(tmp_path: Path, op: str, shape: str, config: dict) -> None:
     cu = tmp_path / "k.cu"
     cu.write_text(cuda_source(op, shape, config))
-    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "k.cubin").stat().st_size > 0
 
@@ -79,16 +99,19 @@ def builder(tmp_path_factory):
         yield b
 
 
-@pytest.mark.parametrize(("op", "shape", "samples"), [
-    ("matmul", "48,40,24", 3),
-    ("dense_bias_gelu", "16,24,20", 2),
-    ("conv2d", "1,6,9,9,8,3,3,1,1", 2),
-    ("conv2d", "1,4,9,9,6,3,3,2,1", 1),
-    ("softmax", "5,40", 2),
-    ("layernorm", "6,36", 2),
-    ("add_relu_mul", "12,20", 2),
-    ("max_pool2d", "1,3,7,7,3,2,1", 1),
-])
+@pytest.mark.parametrize(
+    ("op", "shape", "samples"),
+    [
+        ("matmul", "48,40,24", 3),
+        ("dense_bias_gelu", "16,24,20", 2),
+        ("conv2d", "1,6,9,9,8,3,3,1,1", 2),
+        ("conv2d", "1,4,9,9,6,3,3,2,1", 1),
+        ("softmax", "5,40", 2),
+        ("layernorm", "6,36", 2),
+        ("add_relu_mul", "12,20", 2),
+        ("max_pool2d", "1,3,7,7,3,2,1", 1),
+    ],
+)
 def test_gpu_lowering_is_correct_in_emulation(op: str, shape: str, samples: int, builder, runner) -> None:
     wl = te.make_workload(op, shape)
     space = make_space(wl, TARGET)
@@ -102,17 +125,40 @@ def test_gpu_lowering_is_correct_in_emulation(op: str, shape: str, samples: int,
         prog = build_cuda_emulation(wl, space.steps(cfg), TARGET)
         b = builder.build(prog.kernel_name, prog.source)
         assert b.error_kind is None, b.error_msg
-        r = runner.run(b.lib_path, prog.kernel_name, wl.key, RunOptions(rtol=rtol, atol=atol, repeat=1,
-                                                                          min_repeat_ms=0, timeout_s=120))
+        r = runner.run(
+            b.lib_path,
+            prog.kernel_name,
+            wl.key,
+            RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120),
+        )
         assert r.error_kind is None, (cfg, r.error_msg)
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
 def test_tune_on_the_gpu(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(root / "scripts" / "tune.py"), "--target", "cuda", "--op", "matmul",
-                        "--shape", "128,96,64", "--trials", "6", "--db", str(tmp_path / "g.db"), "--json",
-                        "--no-progress"], capture_output=True, text=True, timeout=600, cwd=root)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(root / "scripts" / "tune.py"),
+            "--target",
+            "cuda",
+            "--op",
+            "matmul",
+            "--shape",
+            "128,96,64",
+            "--trials",
+            "6",
+            "--db",
+            str(tmp_path / "g.db"),
+            "--json",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["target_kind"] == "cuda" and out["valid"] >= 1 and out["best_gflops"] > 0

@@ -32,10 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
-    p.add_argument("--repeat", type=int, default=5,
-                   help="timed repeats per side; the median is kept (default 5)")
-    p.add_argument("--min-repeat-ms", type=float, default=200.0,
-                   help="minimum duration of one repeat, in ms (default 200)")
+    p.add_argument(
+        "--repeat", type=int, default=5, help="timed repeats per side; the median is kept (default 5)"
+    )
+    p.add_argument(
+        "--min-repeat-ms",
+        type=float,
+        default=200.0,
+        help="minimum duration of one repeat, in ms (default 200)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     return p
 
@@ -53,8 +58,9 @@ def numpy_baseline(workload: Workload) -> Callable[..., Any]:
     return workload.baseline or workload.reference
 
 
-def time_callable(fn: Callable[..., Any], args: Sequence[Any], repeat: int = 5,
-                  min_repeat_ms: float = 200.0) -> list[float]:
+def time_callable(
+    fn: Callable[..., Any], args: Sequence[Any], repeat: int = 5, min_repeat_ms: float = 200.0
+) -> list[float]:
     """Seconds per call, one value per repeat: a warm-up call, then ``number`` calls per repeat,
     ``number`` grown until a repeat lasts ``min_repeat_ms`` (as the C harness does)."""
     fn(*args)
@@ -104,16 +110,25 @@ class BenchRow:
             return None if v is None else round(v, nd)
 
         return {
-            "workload": self.workload, "workload_key": self.workload_key, "flops": self.flops,
-            "ours_s": self.ours_s, "ours_gflops": r(self.ours_gflops), "numpy_s": self.numpy_s,
-            "numpy_gflops": r(self.numpy_gflops), "speedup": r(self.speedup, 4),
-            "max_abs_err": self.max_abs_err, "config": self.config, "tuned": self.tuned,
-            "ok": self.error is None, "error": self.error,
+            "workload": self.workload,
+            "workload_key": self.workload_key,
+            "flops": self.flops,
+            "ours_s": self.ours_s,
+            "ours_gflops": r(self.ours_gflops),
+            "numpy_s": self.numpy_s,
+            "numpy_gflops": r(self.numpy_gflops),
+            "speedup": r(self.speedup, 4),
+            "max_abs_err": self.max_abs_err,
+            "config": self.config,
+            "tuned": self.tuned,
+            "ok": self.error is None,
+            "error": self.error,
         }
 
 
-def bench_workload(wl: Workload, target: Target, db: TuningDatabase, builder: Builder, repeat: int,
-                   min_repeat_ms: float) -> BenchRow:
+def bench_workload(
+    wl: Workload, target: Target, db: TuningDatabase, builder: Builder, repeat: int, min_repeat_ms: float
+) -> BenchRow:
     """Build, check once against the float64 reference, then time ours and numpy on the same inputs."""
     row = BenchRow(workload_label(wl), wl.key, wl.flops)
     try:
@@ -126,8 +141,9 @@ def bench_workload(wl: Workload, target: Target, db: TuningDatabase, builder: Bu
     reference = wl.run_reference(inputs)
     outputs = kernel(*inputs)
     rtol, atol = tolerances(reference)
-    errs = [float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0
-            for o, r in zip(outputs, reference)]
+    errs = [
+        float(np.max(np.abs(o.astype(np.float64) - r))) if r.size else 0.0 for o, r in zip(outputs, reference)
+    ]
     row.max_abs_err = max(errs, default=0.0)
     if not all(np.allclose(o, r, rtol=rtol, atol=atol) for o, r in zip(outputs, reference)):
         row.error = f"wrong output: max abs error {row.max_abs_err:.3g} (rtol {rtol:g}, atol {atol:.3g})"
@@ -147,9 +163,16 @@ def format_table(rows: Sequence[BenchRow]) -> str:
     body = []
     for r in rows:
         status = ("tuned" if r.tuned else "DEFAULT") if r.error is None else f"FAILED: {r.error}"
-        body.append((r.workload, _fmt(r.ours_gflops, ".2f"), _fmt(r.numpy_gflops, ".2f"),
-                     _fmt(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
-                     _fmt(r.max_abs_err, ".2e"), status))
+        body.append(
+            (
+                r.workload,
+                _fmt(r.ours_gflops, ".2f"),
+                _fmt(r.numpy_gflops, ".2f"),
+                _fmt(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
+                _fmt(r.max_abs_err, ".2e"),
+                status,
+            )
+        )
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
     lines = []
     for cells in [head, *body]:
@@ -169,8 +192,10 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.db} holds no tuned workloads; run scripts/tune.py --db {args.db} first")
         best: list[MeasurementRecord] = db.best_per_workload(target.key)
         if not best:
-            raise UsageError(f"{args.db} has no verified records for this machine "
-                             f"({target.kind} {target.key}); run scripts/tune.py --db {args.db} here first")
+            raise UsageError(
+                f"{args.db} has no verified records for this machine "
+                f"({target.kind} {target.key}); run scripts/tune.py --db {args.db} here first"
+            )
         print(f"target: {target.describe()} [{target.key}]", flush=True)
         if target.kind == "cuda":
             return _run_cuda(best, target, db, args)
@@ -186,22 +211,33 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(r.error is None for r in rows) else 1
 
 
-def _bench_record(rec: MeasurementRecord, target: Target, db: TuningDatabase, builder: Builder,
-                  args: argparse.Namespace) -> BenchRow:
+def _bench_record(
+    rec: MeasurementRecord, target: Target, db: TuningDatabase, builder: Builder, args: argparse.Namespace
+) -> BenchRow:
     info = db.workload(rec.workload_key) or {}
     label = info.get("name", rec.workload_key)
     try:
         wl = workload_from_description(info["description"])
     except (KeyError, TypeError, WorkloadError) as err:
-        return BenchRow(label, rec.workload_key, float(info.get("flops") or 0.0),
-                        error=f"cannot rebuild the workload: {err}")
+        return BenchRow(
+            label,
+            rec.workload_key,
+            float(info.get("flops") or 0.0),
+            error=f"cannot rebuild the workload: {err}",
+        )
     if wl.key != rec.workload_key:
-        return BenchRow(label, rec.workload_key, wl.flops,
-                        error="the op definition changed since tuning (workload key differs); re-tune it")
+        return BenchRow(
+            label,
+            rec.workload_key,
+            wl.flops,
+            error="the op definition changed since tuning (workload key differs); re-tune it",
+        )
     return bench_workload(wl, target, db, builder, args.repeat, args.min_repeat_ms)
 
 
-def _run_cuda(best: list[MeasurementRecord], target: Target, db: TuningDatabase, args: argparse.Namespace) -> int:
+def _run_cuda(
+    best: list[MeasurementRecord], target: Target, db: TuningDatabase, args: argparse.Namespace
+) -> int:
     from .bench_cuda import bench_cuda_record, format_cuda_table
     from .common import measure_tools
 
@@ -210,6 +246,15 @@ def _run_cuda(best: list[MeasurementRecord], target: Target, db: TuningDatabase,
         rows = [bench_cuda_record(rec, target, db, builder, runner, args) for rec in best]
     print(format_cuda_table(rows), flush=True)
     if args.json:
-        print(json.dumps({"target": target.key, "target_kind": "cuda", "device": target.fingerprint,
-                          "db": args.db, "results": rows}))
+        print(
+            json.dumps(
+                {
+                    "target": target.key,
+                    "target_kind": "cuda",
+                    "device": target.fingerprint,
+                    "db": args.db,
+                    "results": rows,
+                }
+            )
+        )
     return 0 if all(r.get("ok") for r in rows) else 1

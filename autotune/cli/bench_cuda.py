@@ -36,8 +36,14 @@ def torch_baseline(wl: Workload) -> Callable[..., Any] | None:
         "dense_bias": lambda x, w, b: F.linear(x, w, b),
         "dense_bias_relu": lambda x, w, b: torch.relu(F.linear(x, w, b)),
         "dense_bias_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b)),
-        "conv2d": lambda x, w: F.conv2d(x, w, stride=p.get("stride", 1), padding=p.get("pad", 0),
-                                        dilation=p.get("dilation", 1), groups=p.get("groups", 1)),
+        "conv2d": lambda x, w: F.conv2d(
+            x,
+            w,
+            stride=p.get("stride", 1),
+            padding=p.get("pad", 0),
+            dilation=p.get("dilation", 1),
+            groups=p.get("groups", 1),
+        ),
         "softmax": lambda x: torch.softmax(x, dim=-1),
         "layernorm": lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5),
         "add": lambda a, b: a + b,
@@ -73,8 +79,14 @@ def time_torch(fn: Callable[..., Any], args: list, repeat: int, min_repeat_ms: f
     return costs
 
 
-def bench_cuda_record(rec: MeasurementRecord, target: Target, db: TuningDatabase, builder: Any, runner: Any,
-                      args: argparse.Namespace) -> dict:
+def bench_cuda_record(
+    rec: MeasurementRecord,
+    target: Target,
+    db: TuningDatabase,
+    builder: Any,
+    runner: Any,
+    args: argparse.Namespace,
+) -> dict:
     """One JSON row: ours vs PyTorch eager on the same fresh inputs."""
     import torch
 
@@ -82,7 +94,12 @@ def bench_cuda_record(rec: MeasurementRecord, target: Target, db: TuningDatabase
     torch.backends.cudnn.allow_tf32 = False
     info = db.workload(rec.workload_key) or {}
     wl = workload_from_description(info["description"])
-    row: dict = {"workload": workload_label(wl), "workload_key": wl.key, "flops": wl.flops, "config": rec.config}
+    row: dict = {
+        "workload": workload_label(wl),
+        "workload_key": wl.key,
+        "flops": wl.flops,
+        "config": rec.config,
+    }
     inputs = wl.random_inputs(np.random.default_rng())
     reference = wl.run_reference(inputs)
     nbytes = sum(a.nbytes for a in inputs) + sum(int(np.prod(o.shape)) * 4 for o in wl.outputs)
@@ -93,22 +110,31 @@ def bench_cuda_record(rec: MeasurementRecord, target: Target, db: TuningDatabase
         return {**row, "ok": False, "error": f"build: {b.error_msg[:300]}"}
     rtol, atol = tolerances(reference)
     runner.set_task(wl.key, inputs, reference, [(o.shape, o.dtype) for o in wl.outputs])
-    opts = CudaRunOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rtol=rtol, atol=atol,
-                          timeout_s=60.0)
+    opts = CudaRunOptions(
+        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rtol=rtol, atol=atol, timeout_s=60.0
+    )
     r = runner.run(b.lib_path, prog.launch_plan(), wl.key, opts)
     runner.remove_task(wl.key)
     if r.error_kind is not None:
         return {**row, "ok": False, "error": f"{r.error_kind.value}: {r.error_msg[:300]}"}
     ours = statistics.median(r.costs)
-    row.update(ok=True, error=None, ours_s=ours, ours_gflops=wl.flops / ours / 1e9, ours_gbps=nbytes / ours / 1e9)
+    row.update(
+        ok=True, error=None, ours_s=ours, ours_gflops=wl.flops / ours / 1e9, ours_gbps=nbytes / ours / 1e9
+    )
     fn = torch_baseline(wl)
     if fn is not None:
         targs = [torch.from_numpy(a).cuda() for a in inputs]
         out = fn(*targs)
         torch_err = float(np.max(np.abs(out.double().cpu().numpy() - reference[0])))
         base = statistics.median(time_torch(fn, targs, args.repeat, args.min_repeat_ms))
-        row.update(baseline="torch_eager", baseline_s=base, baseline_gflops=wl.flops / base / 1e9,
-                   baseline_gbps=nbytes / base / 1e9, speedup=base / ours, baseline_max_abs_err=torch_err)
+        row.update(
+            baseline="torch_eager",
+            baseline_s=base,
+            baseline_gflops=wl.flops / base / 1e9,
+            baseline_gbps=nbytes / base / 1e9,
+            speedup=base / ours,
+            baseline_max_abs_err=torch_err,
+        )
     return row
 
 
@@ -120,6 +146,8 @@ def format_cuda_table(rows: list[dict]) -> str:
             lines.append(f"{r['workload']:34} FAILED: {r.get('error')}")
             continue
         t = r.get("baseline_s")
-        lines.append(f"{r['workload']:34} {r['ours_s'] * 1e6:10.1f} {t * 1e6 if t else float('nan'):10.1f} "
-                     f"{r.get('speedup', float('nan')):9.2f}x {r['ours_gflops'] / 1e3:12.2f} {r['ours_gbps'] / 1e3:9.2f}")
+        lines.append(
+            f"{r['workload']:34} {r['ours_s'] * 1e6:10.1f} {t * 1e6 if t else float('nan'):10.1f} "
+            f"{r.get('speedup', float('nan')):9.2f}x {r['ours_gflops'] / 1e3:12.2f} {r['ours_gbps'] / 1e3:9.2f}"
+        )
     return "\n".join(lines)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..search import STRATEGIES, TuneOptions, tune_workload
 from ..te import WorkloadError, make_workload, op_names, op_spec
@@ -31,13 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
-    p.add_argument("--trials", type=int, default=None,
-                   help=f"measurements wanted per workload in the DB; a rerun tops up to this number "
-                   f"(resume after a kill) (default {DEFAULT_TRIALS})")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help=f"measurements wanted per workload in the DB; a rerun tops up to this number "
+        f"(resume after a kill) (default {DEFAULT_TRIALS})",
+    )
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
     p.add_argument("--strategy", default="random", help=f"search strategy: {', '.join(STRATEGIES)}")
     p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
-    p.add_argument("--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)")
+    p.add_argument(
+        "--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -71,16 +76,24 @@ def _run(args: argparse.Namespace) -> int:
     workloads = _workloads(args)
     target = resolve_target(args.target)
     db = open_db(args.db)
-    options = TuneOptions(trials=trials, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size,
-                          progress=not args.no_progress)
+    options = TuneOptions(
+        trials=trials,
+        strategy=args.strategy,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+    )
     summaries = []
     builder, runner = measure_tools(target)
     with builder, runner:
         for wl in workloads:
             s = tune_workload(wl, target, db, options, builder, runner)
             summaries.append(s)
-            print(f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, {s.errors} errors), "
-                  f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s", flush=True)
+            print(
+                f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, {s.errors} errors), "
+                f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s",
+                flush=True,
+            )
     db.close()
     if args.json:
         print(json.dumps(_json_summary(summaries, target, args.db)))

@@ -85,14 +85,20 @@ class CStyleRenderer:
             return [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.body, depth + 1) + [pad + "}"]
         if isinstance(s, Allocate):
             if s.buffer.scope == "local":
-                return [pad + "{", pad + self.indent_unit + self.local_decl(s.buffer)] + self.stmt(
-                    s.body, depth + 1
-                ) + [pad + "}"]
+                return (
+                    [pad + "{", pad + self.indent_unit + self.local_decl(s.buffer)]
+                    + self.stmt(s.body, depth + 1)
+                    + [pad + "}"]
+                )
             alloc, release = self.heap_alloc(s.buffer)
-            return [pad + "{", pad + self.indent_unit + alloc] + self.stmt(s.body, depth + 1) + [
-                pad + self.indent_unit + release,
-                pad + "}",
-            ]
+            return (
+                [pad + "{", pad + self.indent_unit + alloc]
+                + self.stmt(s.body, depth + 1)
+                + [
+                    pad + self.indent_unit + release,
+                    pad + "}",
+                ]
+            )
         if isinstance(s, Store):
             return [f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
         if isinstance(s, VStore):

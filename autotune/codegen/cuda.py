@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Allocate, AllReduce, Barrier, Broadcast, Buffer, For, Gather, Stmt, VBinary, VLoad, VStore
+from ..ir.nodes import (
+    Allocate,
+    AllReduce,
+    Barrier,
+    Broadcast,
+    Buffer,
+    For,
+    Gather,
+    Stmt,
+    VBinary,
+    VLoad,
+    VStore,
+)
 from ..ir.simplify import linear, multiple_of
 from ..te.expr import Expr
 from .c_base import C_TYPES, CStyleRenderer
@@ -21,7 +33,9 @@ __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_floa
 def aligned(index: Expr, lanes: int) -> bool:
     """True when ``index`` is provably a multiple of ``lanes``."""
     lin = linear(index, {})
-    return lin.const % lanes == 0 and all(c % lanes == 0 or multiple_of(a, lanes) for a, c in lin.terms.values())
+    return lin.const % lanes == 0 and all(
+        c % lanes == 0 or multiple_of(a, lanes) for a, c in lin.terms.values()
+    )
 
 
 class CudaRenderer(CStyleRenderer):
@@ -52,8 +66,12 @@ class CudaRenderer(CStyleRenderer):
             v = s.var.name
             out = [f"{pad}{{", f"{pad}  int {v} = {s.kind};"]
             if s.kind.startswith("threadIdx") and s.extent < self.block_dims.get(s.kind, s.extent):
-                return out + [f"{pad}  if ({v} < {s.extent}) {{"] + self.stmt(s.body, depth + 2) + [
-                    f"{pad}  }}", f"{pad}}}"]
+                return (
+                    out
+                    + [f"{pad}  if ({v} < {s.extent}) {{"]
+                    + self.stmt(s.body, depth + 2)
+                    + [f"{pad}  }}", f"{pad}}}"]
+                )
             return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
         if isinstance(s, Barrier):
             return [f"{pad}__syncthreads();"]
@@ -74,18 +92,25 @@ class CudaRenderer(CStyleRenderer):
             raise ValueError(f"a cross-thread reduction needs a multiple of 32 threads, got {threads}")
         comb = {"sum": "({a} + {b})", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}[s.combiner]
         ref = f"{s.buffer.name}[{self.expr(s.index)}]"
-        lines = [f"{pad}{{", f"{pad}  float at_v = {ref};",
-                 f"{pad}  #pragma unroll",
-                 f"{pad}  for (int at_o = 16; at_o > 0; at_o >>= 1) at_v = "
-                 + comb.format(a="at_v", b="__shfl_xor_sync(0xffffffffu, at_v, at_o)") + ";"]
+        lines = [
+            f"{pad}{{",
+            f"{pad}  float at_v = {ref};",
+            f"{pad}  #pragma unroll",
+            f"{pad}  for (int at_o = 16; at_o > 0; at_o >>= 1) at_v = "
+            + comb.format(a="at_v", b="__shfl_xor_sync(0xffffffffu, at_v, at_o)")
+            + ";",
+        ]
         if threads > 32:
-            lines += [f"{pad}  __shared__ float at_red[32];",
-                      f"{pad}  __syncthreads();",
-                      f"{pad}  if ((threadIdx.x & 31) == 0) at_red[threadIdx.x >> 5] = at_v;",
-                      f"{pad}  __syncthreads();",
-                      f"{pad}  at_v = at_red[0];",
-                      f"{pad}  for (int at_w = 1; at_w < {threads // 32}; ++at_w) at_v = "
-                      + comb.format(a="at_v", b="at_red[at_w]") + ";"]
+            lines += [
+                f"{pad}  __shared__ float at_red[32];",
+                f"{pad}  __syncthreads();",
+                f"{pad}  if ((threadIdx.x & 31) == 0) at_red[threadIdx.x >> 5] = at_v;",
+                f"{pad}  __syncthreads();",
+                f"{pad}  at_v = at_red[0];",
+                f"{pad}  for (int at_w = 1; at_w < {threads // 32}; ++at_w) at_v = "
+                + comb.format(a="at_v", b="at_red[at_w]")
+                + ";",
+            ]
         return lines + [f"{pad}  {ref} = at_v;", f"{pad}}}"]
 
     def loop_pragma(self, s: For) -> str | None:
@@ -112,5 +137,10 @@ class CudaRenderer(CStyleRenderer):
         v = self.expr(s.value)
         if aligned(s.base, 4):
             return f"*(float4*)({s.buffer.name} + {b}) = {v};"
-        return "{ float4 at_t = " + v + "; " + " ".join(
-            f"{s.buffer.name}[{b} + {i}] = at_t.{c};" for i, c in enumerate("xyzw")) + " }"
+        return (
+            "{ float4 at_t = "
+            + v
+            + "; "
+            + " ".join(f"{s.buffer.name}[{b} + {i}] = at_t.{c};" for i, c in enumerate("xyzw"))
+            + " }"
+        )

@@ -64,40 +64,64 @@ class CudaEmulationRenderer(CpuRenderer):
 
     def _team(self, body: Stmt, depth: int) -> list[str]:
         pad = self.indent_unit * depth
-        decls = [f"{pad}{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
-                 for b in _shared_buffers(body)]
+        decls = [
+            f"{pad}{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
+            for b in _shared_buffers(body)
+        ]
         decls.append(f"{pad}float at_red[{self.threads}];")
         self.in_team = True
         inner = self.stmt(body, depth + 1)
         self.in_team = False
-        return decls + [f"{pad}#pragma omp parallel num_threads({self.threads})", pad + "{",
-                        f"{pad}  int at_tx = omp_get_thread_num();"] + inner + [pad + "}"]
+        return (
+            decls
+            + [
+                f"{pad}#pragma omp parallel num_threads({self.threads})",
+                pad + "{",
+                f"{pad}  int at_tx = omp_get_thread_num();",
+            ]
+            + inner
+            + [pad + "}"]
+        )
 
     def stmt(self, s: Stmt, depth: int) -> list[str]:
         pad = self.indent_unit * depth
         if isinstance(s, For) and s.kind.startswith("blockIdx"):
             v = s.var.name
-            return [f"{pad}for (int {v} = 0; {v} < {s.extent}; ++{v}) {{"] + self._team(s.body, depth + 1) + [
-                pad + "}"]
+            return (
+                [f"{pad}for (int {v} = 0; {v} < {s.extent}; ++{v}) {{"]
+                + self._team(s.body, depth + 1)
+                + [pad + "}"]
+            )
         if isinstance(s, For) and s.kind.startswith("threadIdx"):
             if s.kind != "threadIdx.x":
                 raise NotImplementedError("the emulation runs 1-D thread blocks (threadIdx.x)")
             v = s.var.name
             head = [f"{pad}{{", f"{pad}  int {v} = at_tx;"]
             if s.extent < self.block_dims.get(s.kind, s.extent):
-                return head + [f"{pad}  if ({v} < {s.extent}) {{"] + self.stmt(s.body, depth + 2) + [
-                    f"{pad}  }}", f"{pad}}}"]
+                return (
+                    head
+                    + [f"{pad}  if ({v} < {s.extent}) {{"]
+                    + self.stmt(s.body, depth + 2)
+                    + [f"{pad}  }}", f"{pad}}}"]
+                )
             return head + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
         if isinstance(s, Barrier):
             return [f"{pad}#pragma omp barrier"]
         if isinstance(s, AllReduce):
             comb = {"sum": "({a} + {b})", "max": "fmax({a}, {b})", "min": "fmin({a}, {b})"}[s.combiner]
             ref = f"{s.buffer.name}[{self.expr(s.index)}]"
-            return [f"{pad}at_red[at_tx] = {ref};", f"{pad}#pragma omp barrier", f"{pad}{{",
-                    f"{pad}  float at_v = at_red[0];",
-                    f"{pad}  for (int at_w = 1; at_w < {self.threads}; ++at_w) at_v = "
-                    + comb.format(a="at_v", b="at_red[at_w]") + ";",
-                    f"{pad}  #pragma omp barrier", f"{pad}  {ref} = at_v;", f"{pad}}}"]
+            return [
+                f"{pad}at_red[at_tx] = {ref};",
+                f"{pad}#pragma omp barrier",
+                f"{pad}{{",
+                f"{pad}  float at_v = at_red[0];",
+                f"{pad}  for (int at_w = 1; at_w < {self.threads}; ++at_w) at_v = "
+                + comb.format(a="at_v", b="at_red[at_w]")
+                + ";",
+                f"{pad}  #pragma omp barrier",
+                f"{pad}  {ref} = at_v;",
+                f"{pad}}}",
+            ]
         if isinstance(s, Allocate) and s.buffer.scope == "shared":
             return self.stmt(s.body, depth)  # declared once per block, outside the team
         if isinstance(s, For) and s.kind == "vthread":

@@ -24,7 +24,12 @@ from ..te.tensor import Tensor, reduce_identity
 from .nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
 from .simplify import bounds, expr_key, linear, simplify
 
-_ANNOTATION_KIND = {"parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll", "vthread": "vthread"}
+_ANNOTATION_KIND = {
+    "parallel": "parallel",
+    "vectorize": "vectorize",
+    "unroll": "unroll",
+    "vthread": "vthread",
+}
 THREAD_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 _ANNOTATION_KIND.update({k: k for k in THREAD_KINDS})
 
@@ -91,8 +96,9 @@ class _Lowerer:
         return heap, nests
 
     # --- one stage ----------------------------------------------------------------------------
-    def emit_stage(self, st: Stage, region: list[tuple[Expr, int]],
-                   outer_threads: dict[Var, tuple[int, int]]) -> Stmt:
+    def emit_stage(
+        self, st: Stage, region: list[tuple[Expr, int]], outer_threads: dict[Var, tuple[int, int]]
+    ) -> Stmt:
         """The loop nest of one stage over ``region``; ``outer_threads`` are the GPU thread loops
         around it (shared buffers are filled by all of them together)."""
         root_ext: dict[Loop, int] = {}
@@ -153,8 +159,11 @@ class _Lowerer:
             red = st.body
             acc = Load(out.buffer, out_idx)
             rhs = self.lower_expr(red.body, axis_value)
-            combined = {"sum": lambda: acc + rhs, "max": lambda: Binary("max", acc, rhs),
-                        "min": lambda: Binary("min", acc, rhs)}[red.combiner]()
+            combined = {
+                "sum": lambda: acc + rhs,
+                "max": lambda: Binary("max", acc, rhs),
+                "min": lambda: Binary("min", acc, rhs),
+            }[red.combiner]()
             update: Stmt = Store(out.buffer, out_idx, combined)
             init: Stmt | None = Store(out.buffer, out_idx, reduce_identity(red.combiner, st.tensor.dtype))
         else:
@@ -166,12 +175,18 @@ class _Lowerer:
             init = IfThen(all_of(*spatial_guard), init)
 
         first_reduce = next((i for i, lp in enumerate(st.leaf_loops) if lp.kind == "reduce"), None)
-        cross_thread = [lp for lp in st.leaf_loops if lp.kind == "reduce" and st.annotations.get(lp) == "threadIdx.x"]
+        cross_thread = [
+            lp for lp in st.leaf_loops if lp.kind == "reduce" and st.annotations.get(lp) == "threadIdx.x"
+        ]
         if cross_thread:
             if any(lp.kind == "spatial" for lp in st.leaf_loops[first_reduce:]):
-                raise ScheduleError(f"{st.name}: a cross-thread reduction needs its reduction loops innermost")
+                raise ScheduleError(
+                    f"{st.name}: a cross-thread reduction needs its reduction loops innermost"
+                )
             if out.buffer.scope != "local":
-                raise ScheduleError(f"{st.name}: a cross-thread reduction must be computed at a consumer loop")
+                raise ScheduleError(
+                    f"{st.name}: a cross-thread reduction must be computed at a consumer loop"
+                )
         leaves = st.leaf_loops
         for pos in range(len(leaves) - 1, -1, -1):
             lp = leaves[pos]
@@ -200,9 +215,16 @@ class _Lowerer:
             raise ScheduleError(f"reduction stage {st.name} has no reduction loop")
         return update
 
-    def place_attached(self, att: Stage, target: Stage, loop: Loop, target_axis_value: dict[Var, Expr],
-                       ext: dict[Loop, int], lvar: dict[Loop, Var],
-                       threads: dict[Var, tuple[int, int]]) -> list[tuple[Expr, int]]:
+    def place_attached(
+        self,
+        att: Stage,
+        target: Stage,
+        loop: Loop,
+        target_axis_value: dict[Var, Expr],
+        ext: dict[Loop, int],
+        lvar: dict[Loop, Var],
+        threads: dict[Var, tuple[int, int]],
+    ) -> list[tuple[Expr, int]]:
         """Infer the region of ``att`` that ``loop`` of ``target`` needs and give it a buffer.
 
         Readers are ``target`` (its loops inside ``loop`` range) and stages attached at the same
@@ -227,7 +249,10 @@ class _Lowerer:
             values: dict[Var, Expr] = {}
             for d, a in enumerate(other.axes):
                 values[a.var] = placed.origin[d] + fresh[a.var]
-                o_ranges[fresh[a.var]] = (0, placed.buffer.shape[d] - 1 - (other.storage_pad if d == len(other.axes) - 1 else 0))
+                o_ranges[fresh[a.var]] = (
+                    0,
+                    placed.buffer.shape[d] - 1 - (other.storage_pad if d == len(other.axes) - 1 else 0),
+                )
             for a in other.reduce_axes:
                 values[a.var] = fresh[a.var]
                 o_ranges[fresh[a.var]] = (0, a.extent - 1)
@@ -269,8 +294,9 @@ def _rename(s: Stmt, old: Var, new: Var) -> Stmt:
     return map_exprs(s, lambda e: substitute(e, {old: new}))
 
 
-def infer_region(tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[int, int]]]]
-                 ) -> list[tuple[Expr, int]]:
+def infer_region(
+    tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[int, int]]]]
+) -> list[tuple[Expr, int]]:
     """Per dim of ``tensor``: (start, extent) of the elements the given index tuples touch while
     the variables in their ranges run; start is symbolic in the other (outer) loops, extent is
     constant. Dims that cannot be bounded that way fall back to the whole dimension."""
@@ -298,8 +324,14 @@ def infer_region(tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[in
                     hi += max(c * b[0], c * b[1])
             if not ok:
                 break
-            spans.append((expr_key(simplify(type(lin)(sym.terms).to_expr())), sym.to_expr(), sym.const + lo,
-                          sym.const + hi))
+            spans.append(
+                (
+                    expr_key(simplify(type(lin)(sym.terms).to_expr())),
+                    sym.to_expr(),
+                    sym.const + lo,
+                    sym.const + hi,
+                )
+            )
         if not ok or not spans or len({k for k, *_ in spans}) != 1:
             region.append((IntImm(0), size))
             continue
@@ -310,7 +342,9 @@ def infer_region(tensor: Tensor, uses: list[tuple[list[Expr], dict[Var, tuple[in
             region.append((IntImm(0), size))
             continue
         base = spans[0][1]
-        region.append((simplify(base - IntImm(spans[0][2] - lo)) if spans[0][2] != lo else simplify(base), extent))
+        region.append(
+            (simplify(base - IntImm(spans[0][2] - lo)) if spans[0][2] != lo else simplify(base), extent)
+        )
     return region
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..schedule.state import ScheduleError
 from ..te.expr import (
     FLOAT_DTYPES,
     Binary,
@@ -12,11 +13,9 @@ from ..te.expr import (
     IntImm,
     Var,
     children,
-    free_vars,
     substitute,
     walk,
 )
-from ..schedule.state import ScheduleError
 from .nodes import (
     Allocate,
     AllReduce,
@@ -208,7 +207,11 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
         if coeff is None and any(var in free_vars_deep(x.index) for x in lane_loads):
             raise _NotVectorizable("load index")
         return Gather(lane_loads)
-    if isinstance(e, Binary) and e.dtype in FLOAT_DTYPES and e.op in ("add", "sub", "mul", "div", "max", "min"):
+    if (
+        isinstance(e, Binary)
+        and e.dtype in FLOAT_DTYPES
+        and e.op in ("add", "sub", "mul", "div", "max", "min")
+    ):
         a = _vec_expr(e.a, var, base, lanes)
         b = _vec_expr(e.b, var, base, lanes)
         a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)

@@ -133,7 +133,9 @@ def _check_leaf(stage: Stage, loop: Loop) -> int:
     return stage.leaf_loops.index(loop)
 
 
-def split(stage: Stage, loop: Loop, factor: int | None = None, nparts: int | None = None) -> tuple[Loop, Loop]:
+def split(
+    stage: Stage, loop: Loop, factor: int | None = None, nparts: int | None = None
+) -> tuple[Loop, Loop]:
     """Split ``loop`` into (outer, inner) by inner ``factor`` or by outer ``nparts``."""
     if (factor is None) == (nparts is None):
         raise ScheduleError("split takes exactly one of factor and nparts")
@@ -187,7 +189,15 @@ def reorder(stage: Stage, loops: list[Loop]) -> None:
         stage.leaf_loops[pos] = lp
 
 
-THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z", "vthread")
+THREAD_AXES = (
+    "blockIdx.x",
+    "blockIdx.y",
+    "blockIdx.z",
+    "threadIdx.x",
+    "threadIdx.y",
+    "threadIdx.z",
+    "vthread",
+)
 
 
 def annotate(stage: Stage, loop: Loop, kind: str) -> None:
@@ -277,8 +287,13 @@ def cache_write(sch: Schedule, stage: Stage, scope: str = "local") -> Stage:
     return local
 
 
-def cache_read(sch: Schedule, tensor_name: str, readers: list[Stage], layout: tuple[int, ...] | None = None,
-               scope: str = "local") -> Stage:
+def cache_read(
+    sch: Schedule,
+    tensor_name: str,
+    readers: list[Stage],
+    layout: tuple[int, ...] | None = None,
+    scope: str = "local",
+) -> Stage:
     """Copy ``tensor`` into a ``scope`` buffer that ``readers`` read instead.
 
     ``layout`` permutes the dims of the copy (``copy[d0', d1', ...] = tensor[...]``), so a strided

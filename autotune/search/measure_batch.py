@@ -78,8 +78,15 @@ def tolerances(reference: list[np.ndarray]) -> tuple[float, float]:
 class WorkloadMeasurer:
     """Holds fresh random inputs and their reference for one workload, and measures configs."""
 
-    def __init__(self, workload: Workload, target: Target, builder: Builder, runner: CpuRunner,
-                 run_options: RunOptions | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        target: Target,
+        builder: Builder,
+        runner: CpuRunner,
+        run_options: RunOptions | None = None,
+        seed: int | None = None,
+    ) -> None:
         self.workload, self.target = workload, target
         self.backend = make_backend(target, builder, runner)
         self.builder, self.runner = builder, runner

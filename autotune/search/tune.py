@@ -74,9 +74,15 @@ def register(db: TuningDatabase, wl: Workload, target: Target) -> None:
     db.add_target(target.key, target.kind, target.fingerprint)
 
 
-def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: TuneOptions,
-                  builder: Builder | None, runner: CpuRunner | None,
-                  measurer: WorkloadMeasurer | None = None) -> TuneSummary:
+def tune_workload(
+    wl: Workload,
+    target: Target,
+    db: TuningDatabase,
+    options: TuneOptions,
+    builder: Builder | None,
+    runner: CpuRunner | None,
+    measurer: WorkloadMeasurer | None = None,
+) -> TuneSummary:
     """Measure until the DB holds ``options.trials`` results for (wl, target) or the space runs out
     (or a model-guided tuner stops early). ``measurer`` replaces building and running on this
     machine: anything with WorkloadMeasurer's ``measure`` method, e.g. a replay.ReplayRunner that
@@ -108,8 +114,11 @@ def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: Tun
             best_s = min(best_s, trial.mean_s)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(valid=counts["valid"], errors=counts["errors"],
-                                best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-")
+                bar.set_postfix(
+                    valid=counts["valid"],
+                    errors=counts["errors"],
+                    best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-",
+                )
         tuner.update([t.config for t in trials], [t.mean_s for t in trials])
     if bar is not None:
         bar.close()
@@ -121,8 +130,9 @@ def tune_workload(wl: Workload, target: Target, db: TuningDatabase, options: Tun
     return summary
 
 
-def summarize(db: TuningDatabase, wl: Workload, target: Target, new: int, space_size: int,
-              elapsed: float) -> TuneSummary:
+def summarize(
+    db: TuningDatabase, wl: Workload, target: Target, new: int, space_size: int, elapsed: float
+) -> TuneSummary:
     rows = db.measurements(wl.key, target.key)
     errors = [r for r in rows if r.error_kind]
     by_kind: dict[str, int] = {}
@@ -131,18 +141,35 @@ def summarize(db: TuningDatabase, wl: Workload, target: Target, new: int, space_
     best = db.best(wl.key, target.key)
     best_s = best.mean_s if best else math.inf
     return TuneSummary(
-        workload=workload_label(wl), workload_key=wl.key, target_key=target.key, trials=len(rows),
-        new_trials=new, valid=len(rows) - len(errors), errors=len(errors), best_s=best_s,
-        best_gflops=wl.flops / best_s / 1e9 if best else 0.0, best_config=best.config if best else None,
-        space_size=space_size, elapsed_s=elapsed, errors_by_kind=by_kind,
+        workload=workload_label(wl),
+        workload_key=wl.key,
+        target_key=target.key,
+        trials=len(rows),
+        new_trials=new,
+        valid=len(rows) - len(errors),
+        errors=len(errors),
+        best_s=best_s,
+        best_gflops=wl.flops / best_s / 1e9 if best else 0.0,
+        best_config=best.config if best else None,
+        space_size=space_size,
+        elapsed_s=elapsed,
+        errors_by_kind=by_kind,
     )
 
 
 def _record(wl: Workload, target: Target, t: Trial, tuner: str, space_version: int) -> MeasurementRecord:
     return MeasurementRecord(
-        workload_key=wl.key, target_key=target.key, config=t.config, steps=[s.to_dict() for s in t.steps],
-        costs=t.costs if t.error_kind is None else (), error_kind=t.error_kind, error_msg=t.error_msg[:2000],
-        build_s=t.build_s, verified=t.error_kind is None, tuner=tuner, space_version=space_version,
+        workload_key=wl.key,
+        target_key=target.key,
+        config=t.config,
+        steps=[s.to_dict() for s in t.steps],
+        costs=t.costs if t.error_kind is None else (),
+        error_kind=t.error_kind,
+        error_msg=t.error_msg[:2000],
+        build_s=t.build_s,
+        verified=t.error_kind is None,
+        tuner=tuner,
+        space_version=space_version,
     )
 
 

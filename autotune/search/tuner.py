@@ -31,8 +31,9 @@ class RandomTuner:
 
     name = "random"
 
-    def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
-                 max_misses: int = 2000) -> None:
+    def __init__(
+        self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None, max_misses: int = 2000
+    ) -> None:
         self.space = space
         self.rng = np.random.default_rng(seed)
         self.seen = set(exclude or ())
@@ -82,8 +83,9 @@ class GridTuner:
 def _model_strategy(model: str, transfer: bool) -> Callable[..., Tuner]:
     """Model-guided tuners (autotune.search.xgb_tuner), imported on first use: xgboost is heavy."""
 
-    def make(space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
-             context: TuneContext | None = None) -> Tuner:
+    def make(
+        space: SearchSpace, seed: int = 0, exclude: set[str] | None = None, context: TuneContext | None = None
+    ) -> Tuner:
         from .xgb_tuner import make_model_tuner
 
         return make_model_tuner(model, transfer)(space, seed=seed, exclude=exclude, context=context)
@@ -101,8 +103,9 @@ STRATEGIES = {
 }
 
 
-def make_tuner(strategy: str, space: SearchSpace, seed: int, exclude: set[str],
-               context: TuneContext | None = None) -> Tuner:
+def make_tuner(
+    strategy: str, space: SearchSpace, seed: int, exclude: set[str], context: TuneContext | None = None
+) -> Tuner:
     """A tuner by strategy name; ``context`` (a TuneContext) is what model-guided tuners need."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid: {', '.join(sorted(STRATEGIES))}")

@@ -105,8 +105,9 @@ def _im2col_windows(xp: np.ndarray, axes: tuple[int, int], kh: int, kw: int, str
     return win[tuple(sl)]
 
 
-def im2col_conv2d_nchw(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1,
-                       groups: int = 1) -> np.ndarray:
+def im2col_conv2d_nchw(
+    x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1, groups: int = 1
+) -> np.ndarray:
     """Fast NCHW conv in the input dtype: im2col (one copy) then one (batched) matmul."""
     n = x.shape[0]
     f, cg, kh, kw = w.shape
@@ -118,8 +119,9 @@ def im2col_conv2d_nchw(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dila
     return np.matmul(wmat, cols).reshape(n, f, oh, ow)
 
 
-def im2col_conv2d_nhwc(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1,
-                       groups: int = 1) -> np.ndarray:
+def im2col_conv2d_nhwc(
+    x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1, groups: int = 1
+) -> np.ndarray:
     """Fast NHWC / HWIO conv in the input dtype: im2col (one copy) then one (batched) matmul."""
     n = x.shape[0]
     kh, kw, cg, f = w.shape
@@ -149,7 +151,10 @@ def conv2d(n, c, h, w, f, kh, kw, stride, pad, dilation=1, groups=1) -> Workload
     weight = placeholder((f, c // groups, kh, kw), name="weight")
     out = conv.conv2d_nchw(data, weight, stride, pad, dilation, groups)
     return Workload(
-        "conv2d", [data, weight], [out], lambda x, wt: [np_conv2d_nchw(x, wt, stride, pad, dilation, groups)],
+        "conv2d",
+        [data, weight],
+        [out],
+        lambda x, wt: [np_conv2d_nchw(x, wt, stride, pad, dilation, groups)],
         baseline=lambda x, wt: [im2col_conv2d_nchw(x, wt, stride, pad, dilation, groups)],
     )
 

@@ -65,7 +65,7 @@ def make_workload(name: str, shape: Sequence[int] | str) -> Workload:
     values = parse_shape(shape) if isinstance(shape, str) else [int(v) for v in shape]
     optional = spec.optional or {}
     if not len(spec.params) <= len(values) <= len(spec.params) + len(optional):
-        raise WorkloadError(f"{name} takes --shape {spec.usage()[len(name) + 1:]}, got {len(values)} values")
+        raise WorkloadError(f"{name} takes --shape {spec.usage()[len(name) + 1 :]}, got {len(values)} values")
     kwargs = dict(zip(list(spec.params) + list(optional), values))
     if any(v < 0 or (v == 0 and k != "pad") for k, v in kwargs.items()):
         raise WorkloadError(f"{name}: every dimension must be positive (pad non-negative), got {values}")

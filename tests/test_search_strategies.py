@@ -1,0 +1,161 @@
+"""Search strategies on recorded measurements (replay mode) and the model-guided tuner."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.search import TuneOptions, make_tuner, tune_workload
+from autotune.search.context import TuneContext
+from autotune.search.replay import (
+    NOT_IN_REPLAY_DB,
+    ReplayDB,
+    ReplayRunner,
+    open_records,
+    replay_tune,
+    trials_to_reach,
+)
+from records import TuningDatabase, config_key
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "data" / "replay_cpu.jsonl.gz"
+FAST = {"chains": 16, "sa_steps": 6}  # a lighter search keeps the tests quick
+
+
+@pytest.fixture(scope="module")
+def replay() -> ReplayDB:
+    return ReplayDB(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def small(replay: ReplayDB):
+    """The task with the fewest configs."""
+    return min(replay.tasks(), key=lambda t: len(t.records))
+
+
+def test_fixture_is_a_fully_measured_space(replay: ReplayDB, small) -> None:
+    tasks = replay.tasks()
+    assert len(tasks) >= 5
+    assert len({t.workload.name for t in tasks}) >= 4, "several ops, so transfer is tested across ops"
+    assert all(100 <= len(t.records) <= 1000 for t in tasks)
+    # every valid config of the space has a record: replay never needs hardware
+    assert {config_key(c) for c in small.space} == set(small.records)
+    assert FIXTURE.stat().st_size < 3e6
+
+
+def test_replay_runner_answers_from_records(replay: ReplayDB, small) -> None:
+    runner = ReplayRunner(replay, small.workload, small.target)
+    rng = np.random.default_rng(0)
+    configs = [small.space.sample(rng) for _ in range(5)]
+    trials = list(runner.measure(configs, [small.space.steps(c) for c in configs]))
+    for cfg, t in zip(configs, trials):
+        rec = small.records[config_key(cfg)]
+        assert t.config == cfg and t.error_kind == rec.error_kind
+        assert t.mean_s == pytest.approx(rec.mean_s) if rec.ok else math.isinf(t.mean_s)
+    bogus = dict(configs[0], unroll=7)
+    (miss,) = runner.measure([bogus], [[]])
+    assert miss.error_kind == NOT_IN_REPLAY_DB and math.isinf(miss.mean_s)
+    assert runner.hits == 5 and runner.misses == 1
+
+
+def test_tune_workload_runs_on_replay(replay: ReplayDB, small) -> None:
+    """The real tuning loop, DB commits included, with the replay runner as measurer (no hardware)."""
+    db = TuningDatabase(":memory:")
+    runner = ReplayRunner(replay, small.workload, small.target)
+    opts = TuneOptions(trials=12, strategy="random", seed=1, batch_size=4, progress=False)
+    s = tune_workload(small.workload, small.target, db, opts, None, None, measurer=runner)
+    assert s.trials == s.new_trials == 12
+    for rec in db.measurements(small.workload.key, small.target.key):
+        assert rec.mean_s == pytest.approx(small.records[config_key(rec.config)].mean_s)
+    assert s.best_s == pytest.approx(min(r.mean_s for r in db.measurements()))
+
+
+def test_xgb_proposes_valid_unseen_configs_and_finds_the_best_fast(replay: ReplayDB, small) -> None:
+    size = len(small.records)
+    ctx = TuneContext(small.workload, small.target, None, transfer=False, options=FAST)
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    runner = ReplayRunner(replay, small.workload, small.target)
+    seen: set[str] = set()
+    costs: list[float] = []
+    while trials_to_reach(costs, small.best_s) is None and len(costs) < size:
+        batch = tuner.next_batch(8)
+        assert batch and all(small.space.is_valid(c) for c in batch)
+        keys = [config_key(c) for c in batch]
+        assert len(set(keys)) == len(keys) and not seen & set(keys), "never a config twice"
+        seen.update(keys)
+        res = list(runner.measure(batch, [[] for _ in batch]))
+        costs += [t.mean_s for t in res]
+        tuner.update(batch, [t.mean_s for t in res])
+    hit = trials_to_reach(costs, small.best_s)
+    top = sum(r.mean_s <= small.best_s / 0.95 for r in small.records.values())
+    worst = size - top + 1  # the last possible position of the first good config
+    print(f"\nxgb reached 95% of the best of {small.label} ({size} configs, {top} good) after {hit} trials")
+    assert hit is not None and hit <= worst // 2
+
+
+def test_early_stopping(replay: ReplayDB, small) -> None:
+    costs = replay_tune(replay, small, "xgb", len(small.records), seed=3, transfer=False, early_stop=16,
+                        tuner_options=FAST)
+    assert len(costs) < len(small.records), "stopped before the space ran out"
+    best_at = int(np.argmin(costs))
+    assert len(costs) - 1 - best_at >= 16, "only after 16 trials without a better config"
+
+
+def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
+    other = next(t for t in replay.tasks() if t.key != small.key)
+    db = TuningDatabase(":memory:")
+    src = replay.db
+    for w in src.workloads():
+        db.add_workload(w["key"], w["name"], w["description"], w["flops"])
+    for t in src.targets():
+        db.add_target(t["key"], t["kind"], t["fingerprint"])
+    recs = src.measurements(other.workload.key)[:40] + src.measurements(small.workload.key)[:10]
+    db.add_measurements(recs)
+    ctx = TuneContext(small.workload, small.target, db, transfer=True)
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    samples = tuner.transfer_samples()
+    assert len(samples) == 40 and {s.group.split("/")[0] for s in samples} == {other.workload.key}
+    assert len(tuner.measured) == 10, "records of the task itself are its history, not transfer"
+    # the model is trained before the first measurement, so the first batch is model-guided
+    assert len(tuner.next_batch(8)) == 8 and tuner.trained
+    off = make_tuner("xgb", small.space, 0, set(), context=TuneContext(small.workload, small.target, db,
+                                                                        transfer=False))
+    assert off.transfer_samples() == []
+    assert make_tuner("xgb-no-transfer", small.space, 0, set(), context=ctx).transfer_samples() == []
+
+
+def test_make_tuner_keeps_the_old_signature(small) -> None:
+    rnd = make_tuner("random", small.space, 0, set())
+    assert len(rnd.next_batch(4)) == 4
+    # without a context the model-guided tuner falls back to knob encodings
+    xgb = make_tuner("xgb", small.space, 0, set())
+    batch = xgb.next_batch(8)
+    xgb.update(batch, [1.0 + i for i in range(8)])
+    nxt = xgb.next_batch(8)
+    assert len(nxt) == 8 and not {config_key(c) for c in nxt} & {config_key(c) for c in batch}
+
+
+def test_open_records_reads_jsonl_gz() -> None:
+    db = open_records(FIXTURE)
+    assert db.count() > 1000 and len(db.workloads()) >= 5
+
+
+def test_tune_cli_strategy_xgb_on_a_tiny_workload(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, str(ROOT / "scripts" / "tune.py"), "--op", "matmul", "--shape", "16,24,8",
+           "--trials", "6", "--batch-size", "3", "--strategy", "xgb", "--db", str(db), "--json",
+           "--no-progress"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["trials"] == 6 and out["valid"] >= 1 and out["best_gflops"] > 0
+    with TuningDatabase(db) as d:
+        rows = d.measurements()
+    assert len({config_key(r.config) for r in rows}) == 6
+    assert {r.tuner for r in rows} == {"xgb"}
