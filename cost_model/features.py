@@ -239,7 +239,8 @@ def _scan_value(e: Expr, counts: list[int], loads: list[_Access]) -> None:
 
 
 class _Extractor:
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = False) -> None:
+        self.gpu = gpu
         self.stores: list[np.ndarray] = []
         self.num_loops = 0
         self.local_allocs: list[Buffer] = []
@@ -265,7 +266,7 @@ class _Extractor:
             self.visit(s.body, loops, allocs, guards)
             allocs.pop()
         elif isinstance(s, Store):
-            self.stores.append(_store_features(s, loops, allocs, guards))
+            self.stores.append(_store_features(s, loops, allocs, guards, self.gpu))
         # Barrier and vector statements of optimized IR: nothing to add
 
     def result(self, func: PrimFunc, target: Target | None) -> np.ndarray:
@@ -289,7 +290,7 @@ class _Extractor:
         return log_scale(np.concatenate([top.ravel(), sums, glob]))
 
 
-def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int) -> np.ndarray:
+def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int, gpu: bool) -> np.ndarray:
     f = np.zeros(len(STORE))
     trip = float(math.prod(lp.extent for lp in loops))
     counts = [0] * 6
@@ -337,8 +338,10 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
         if slot:
             f[_IDX[slot]] = lp.extent
     f[_IDX["shared_bytes"]] = sum(b.size * _dtype_bytes(b.dtype) for b in allocs if b.scope == "shared")
-    # register footprint is a GPU notion; the CPU stack footprint of local buffers is local_bytes
+    # local buffers: a stack footprint on the CPU, registers on a GPU
     f[_IDX["local_bytes"]] = sum(b.size * _dtype_bytes(b.dtype) for b in allocs if b.scope == "local")
+    if gpu:
+        f[_IDX["register_bytes"]] = f[_IDX["local_bytes"]]
 
     read_feats.sort(key=lambda v: (-v[3], -v[2]))
     w0 = len(ARITH) + len(LOOPS) + len(GPU) + len(MEMORY)
@@ -359,7 +362,7 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
 
 def features_of_func(func: PrimFunc, target: Target | None = None) -> np.ndarray:
     """The feature vector (length :data:`NUM_FEATURES`) of a lowered kernel."""
-    ex = _Extractor()
+    ex = _Extractor(gpu=target is not None and target.kind != "cpu")
     ex.visit(func.body, [], [], 0)
     return ex.result(func, target)
 

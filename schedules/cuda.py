@@ -106,7 +106,7 @@ class CudaSketch(Sketch):
         """Enough blocks to give every multiprocessor work when the problem is large enough."""
         sms = int(self.target.fingerprint.get("multiprocessors", 1))
         blocks = math.prod(self._t(c, a)[0] for a in self.axes)
-        return blocks >= min(sms, math.prod(self.extents) // 1024)
+        return blocks >= min(sms // 4, math.prod(self.extents) // 1024)
 
     def _per_thread(self, c: Config) -> int:
         return math.prod(self._t(c, a)[2] * self._t(c, a)[3] for a in self.axes)

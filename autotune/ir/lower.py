@@ -192,12 +192,9 @@ class _Lowerer:
             lp = leaves[pos]
             kind = _ANNOTATION_KIND.get(st.annotations.get(lp, ""), "serial")
             inner = update
-            for att in reversed(self.attached.get(lp, [])):
-                nest = self.emit_stage(att, regions[att], threads_at[lp])
-                if att.scope == "shared":
-                    # wait until the previous iteration's readers are done, and the copy is complete
-                    nest = seq(Barrier(), nest, Barrier())
-                inner = Allocate(self.placed[att.tensor].buffer, seq(nest, inner))
+            atts = self.attached.get(lp, [])
+            if atts:
+                inner = self._emit_attached_group(atts, regions, threads_at[lp], inner)
             update = For(lvar[lp], ext[lp], inner, kind)
             if pos == first_reduce and init is not None:
                 init_nest = init
@@ -214,6 +211,25 @@ class _Lowerer:
         if init is not None and first_reduce is None:
             raise ScheduleError(f"reduction stage {st.name} has no reduction loop")
         return update
+
+    def _emit_attached_group(self, atts: list[Stage], regions: dict, threads: dict, rest: Stmt) -> Stmt:
+        """The stages computed at one loop, in order, then ``rest``. Consecutive shared-memory
+        copies share one barrier before (the previous readers are done) and one after (the copies
+        are complete)."""
+        parts: list[Stmt] = []
+        in_shared = False
+        for att in atts:
+            shared = att.scope == "shared"
+            if shared != in_shared:
+                parts.append(Barrier())
+                in_shared = shared
+            parts.append(self.emit_stage(att, regions[att], threads))
+        if in_shared:
+            parts.append(Barrier())
+        body = seq(*parts, rest)
+        for att in reversed(atts):
+            body = Allocate(self.placed[att.tensor].buffer, body)
+        return body
 
     def place_attached(
         self,

@@ -111,6 +111,7 @@ class ReplayRunner:
     def __init__(self, replay: ReplayDB, workload: Workload, target: Target) -> None:
         self.replay, self.workload, self.target = replay, workload, target
         self.hits = self.misses = 0
+        self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # as WorkloadMeasurer: nothing spent
 
     def measure(self, configs: list[Config], steps: list[list[Step]]) -> Iterator[Trial]:
         for cfg, st in zip(configs, steps):
