@@ -16,15 +16,20 @@ setup(
         "scikit-learn>=1.3",
         "sqlite-utils>=3.35",
         "tqdm>=4.60",
+        # the graph compiler's frontend (autotune.graph) imports ONNX models
+        "onnx>=1.14",
     ],
     extras_require={
         "cuda": ["pycuda>=2024.1"],
-        "test": ["pytest>=7", "ruff>=0.4"],
+        # onnxruntime: the reference the compiled models are checked and benchmarked against
+        "test": ["pytest>=7", "ruff>=0.4", "onnxruntime>=1.16"],
+        "plot": ["matplotlib"],  # scripts/bench_search.py tuning curves
     },
     entry_points={
         "console_scripts": [
             "autotune-tune=autotune.cli.tune:main",
             "autotune-bench=autotune.cli.bench:main",
+            "autotune-compile=autotune.cli.compile:main",
         ]
     },
 )

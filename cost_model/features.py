@@ -39,7 +39,7 @@ from autotune.te.expr import (
     children,
 )
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 CACHE_LINE = 64  # bytes
 TOP_STORES = 3
 READ_SLOTS = 3
@@ -54,13 +54,16 @@ LOOPS = [
 ]
 GPU = ["blockIdx_x", "blockIdx_y", "blockIdx_z", "threadIdx_x", "threadIdx_y", "threadIdx_z", "vthread",
        "shared_bytes", "register_bytes"]
+# scale-free shape of the nest: what transfers between workloads of different sizes
+TILING = ["reg_tile", "reduce_inner", "reduce_outer", "parallel_imbalance", "flops_fraction", "trip_fraction"]
 MEMORY = ["local_bytes", "bytes", "unique_bytes", "lines", "unique_lines", "intensity", "intensity_unique"]
 ACCESS = [
     "present", "is_local", "bytes", "unique_bytes", "lines", "unique_lines", "reuse", "reuse_dist_iters",
     "reuse_dist_bytes", "reuse_count", "stride_inner", "stride_inner_nonzero", "stride_vector",
+    "reuse_factor", "lines_per_iter", "footprint_fraction",
 ]
 ACCESS_SLOTS = ["write"] + [f"read{i}" for i in range(READ_SLOTS)]
-STORE = ARITH + LOOPS + GPU + MEMORY + [f"{a}.{f}" for a in ACCESS_SLOTS for f in ACCESS]
+STORE = ARITH + LOOPS + TILING + GPU + MEMORY + [f"{a}.{f}" for a in ACCESS_SLOTS for f in ACCESS]
 GLOBAL = ["num_stores", "num_loops_total", "num_local_allocs", "local_bytes_total", "flops_total",
           "bytes_total", "arg_bytes", "target_lanes", "target_cores"]
 
@@ -165,8 +168,8 @@ def _dtype_bytes(dtype: str) -> int:
 
 
 def _access_features(acc: _Access, loops: list[_Loop], env: dict[Var, np.ndarray], trip: float,
-                     vec_pos: int | None, ops: list[int]) -> list[float]:
-    """ACCESS slots of one access."""
+                     vec_pos: int | None, ops: list[int]) -> tuple[list[float], list[float]]:
+    """ACCESS slots of one access, and its average stride along each loop."""
     b = _dtype_bytes(acc.buffer.dtype)
     n = len(loops)
     v = _ev(acc.index, env, ops)
@@ -214,8 +217,10 @@ def _access_features(acc: _Access, loops: list[_Loop], env: dict[Var, np.ndarray
             dist_bytes = footprint(lvl + 1)[0] * b
             break
     local = 1.0 if acc.buffer.scope in ("local", "shared") else 0.0
-    return [1.0, local, trip * b, elems * b, lines, ulines, reuse, dist_iters, dist_bytes, count,
-            float(inner_s), float(nonzero), float(vec_s)]
+    vals = [1.0, local, trip * b, elems * b, lines, ulines, reuse, dist_iters, dist_bytes, count,
+            float(inner_s), float(nonzero), float(vec_s), trip / max(1.0, elems), lines / max(1.0, trip),
+            elems / size]
+    return vals, avg
 
 
 _FLOAT_SLOT = {"add": 0, "sub": 0, "mul": 1, "div": 2, "max": 3, "min": 3, "pow": 4}
@@ -239,8 +244,8 @@ def _scan_value(e: Expr, counts: list[int], loads: list[_Access]) -> None:
 
 
 class _Extractor:
-    def __init__(self, gpu: bool = False) -> None:
-        self.gpu = gpu
+    def __init__(self, gpu: bool = False, cores: int = 0) -> None:
+        self.gpu, self.cores = gpu, cores
         self.stores: list[np.ndarray] = []
         self.num_loops = 0
         self.local_allocs: list[Buffer] = []
@@ -266,13 +271,16 @@ class _Extractor:
             self.visit(s.body, loops, allocs, guards)
             allocs.pop()
         elif isinstance(s, Store):
-            self.stores.append(_store_features(s, loops, allocs, guards, self.gpu))
+            self.stores.append(_store_features(s, loops, allocs, guards, self.gpu, self.cores))
         # Barrier and vector statements of optimized IR: nothing to add
 
     def result(self, func: PrimFunc, target: Target | None) -> np.ndarray:
         raw = np.zeros((max(1, len(self.stores)), len(STORE)))
         if self.stores:
             raw = np.stack(self.stores)
+            raw[:, _IDX["flops_fraction"]] = raw[:, _IDX["flops"]] / max(1.0, raw[:, _IDX["flops"]].sum())
+            trips = raw[:, _IDX["trip_count"]]
+            raw[:, _IDX["trip_fraction"]] = trips / max(1.0, trips.max())
         order = sorted(range(len(self.stores)),
                        key=lambda i: (-raw[i, _IDX["flops"]], -raw[i, _IDX["bytes"]], i))
         top = np.zeros((TOP_STORES, len(STORE)))
@@ -290,7 +298,8 @@ class _Extractor:
         return log_scale(np.concatenate([top.ravel(), sums, glob]))
 
 
-def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int, gpu: bool) -> np.ndarray:
+def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: int, gpu: bool,
+                    cores: int) -> np.ndarray:
     f = np.zeros(len(STORE))
     trip = float(math.prod(lp.extent for lp in loops))
     counts = [0] * 6
@@ -299,9 +308,9 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
     env = _points(loops)
     ops = [0, 0]
     vec_pos = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].kind == "vectorize"), None)
-    write = _access_features(_Access(s.buffer, s.index), loops, env, trip, vec_pos, ops)
+    write, wavg = _access_features(_Access(s.buffer, s.index), loops, env, trip, vec_pos, ops)
     # the read-modify-write of an accumulator is part of the write access
-    read_feats = [_access_features(r, loops, env, trip, vec_pos, ops)
+    read_feats = [_access_features(r, loops, env, trip, vec_pos, ops)[0]
                   for r in reads if r.buffer is not s.buffer]
     ia, idm = ops
     per_exec_flops = sum(counts[:5])
@@ -344,7 +353,22 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
         f[_IDX["register_bytes"]] = f[_IDX["local_bytes"]]
 
     read_feats.sort(key=lambda v: (-v[3], -v[2]))
-    w0 = len(ARITH) + len(LOOPS) + len(GPU) + len(MEMORY)
+    # register tile: the innermost loops that move the written element; then the reduction loops
+    pos = len(loops) - 1
+    reg = red_in = 1.0
+    while pos >= 0 and wavg[pos]:
+        reg *= loops[pos].extent
+        pos -= 1
+    while pos >= 0 and not wavg[pos]:
+        red_in *= loops[pos].extent
+        pos -= 1
+    invariant = math.prod(lp.extent for lp, a in zip(loops, wavg) if not a)
+    f[_IDX["reg_tile"]] = reg
+    f[_IDX["reduce_inner"]] = red_in if invariant > 1 else 0.0
+    f[_IDX["reduce_outer"]] = invariant / red_in if invariant > 1 else 0.0
+    if par and cores:
+        f[_IDX["parallel_imbalance"]] = math.ceil(par / cores) * cores / par - 1.0
+    w0 = len(ARITH) + len(LOOPS) + len(TILING) + len(GPU) + len(MEMORY)
     f[w0:w0 + len(ACCESS)] = write
     for k, v in enumerate(read_feats[:READ_SLOTS]):
         f[w0 + (k + 1) * len(ACCESS):w0 + (k + 2) * len(ACCESS)] = v
@@ -362,7 +386,8 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
 
 def features_of_func(func: PrimFunc, target: Target | None = None) -> np.ndarray:
     """The feature vector (length :data:`NUM_FEATURES`) of a lowered kernel."""
-    ex = _Extractor(gpu=target is not None and target.kind != "cpu")
+    ex = _Extractor(gpu=target is not None and target.kind != "cpu",
+                    cores=target.cores if target is not None and target.kind == "cpu" else 0)
     ex.visit(func.body, [], [], 0)
     return ex.result(func, target)
 

@@ -131,7 +131,7 @@ class CpuSketch(Sketch):
                 steps.append(ComputeInlineStep(n))
             else:
                 rooted.append(n)
-        if self.mode == "simple":
+        if self.mode not in ("cache_write", "epilogue"):  # simple, and rowwise (a GPU-only plan)
             for st in self.sch.stages:
                 if st.name not in self.inline_always and st.name not in self.inline_knob or st.name in rooted:
                     steps += _root_steps(st, self.lanes)

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best (0.95)")
     p.add_argument("--curve", type=int, default=96, help="trials on the tuning curve (default 96)")
     p.add_argument("--max-transfer", type=int, default=1500, help="transfer samples per run (default 1500)")
+    p.add_argument("--tuner-options", default="{}",
+                   help='JSON keyword options of the model-guided tuners, e.g. \'{"eps": 0.2}\'')
     p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
     p.add_argument("--json", help="write every run's costs and the summary here")
     p.add_argument("--quiet", action="store_true", help="no per-run lines")
@@ -160,7 +162,7 @@ def run_replay(args: argparse.Namespace) -> dict:
 
                 costs = replay_tune(replay, task, strategy, size, seed=seed, batch_size=args.batch_size,
                                     transfer=transfer, transfer_samples=samples, feature_cache=cache,
-                                    stop_when=done)
+                                    tuner_options=json.loads(args.tuner_options), stop_when=done)
                 hit = trials_to_reach(costs, best, args.fraction)
                 hits.append(hit if hit is not None else size + 1)
                 runs.append({"workload": task.label, "strategy": name, "seed": seed, "trials_to_target": hit,

@@ -17,15 +17,19 @@ if [ "$phase" = smoke ]; then
   timeout 60 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
   timeout 100 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
 fi
-if [ "$phase" = tune ]; then
+if [ "$phase" = full ]; then
+  timeout 120 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+fi
+if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}
   for spec in "matmul 1024,1024,1024" "matmul 2048,2048,2048" "matmul 4096,4096,4096" "dense_bias_gelu 128,3072,768" \
               "conv2d 1,64,56,56,64,3,3,1,1" "add_relu_mul 8192,8192" "softmax 8192,8192" "layernorm 8192,8192"; do
     set -- $spec
-    timeout ${STEP_S:-60} python3 scripts/tune.py --target cuda --op $1 --shape $2 --trials $T --db "$DB" --json --no-progress 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
+    timeout $(( ${STEP_S:-60} + 60 )) python3 scripts/tune.py --target cuda --op $1 --shape $2 --trials $T --time-budget ${STEP_S:-60} --db "$DB" --json \
+      --no-progress --batch-size 16 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
   done
 fi
-if [ "$phase" = bench ] || [ "$phase" = tune ]; then
-  timeout 240 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 10 --min-repeat-ms 50 2>&1 | tee "$OUT/bench.txt" | tail -14
+if [ "$phase" = bench ] || [ "$phase" = tune ] || [ "$phase" = full ]; then
+  timeout ${BENCH_S:-240} python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 10 --min-repeat-ms 50 2>&1 | tee "$OUT/bench.txt" | tail -14
 fi
 cp "$DB" "$OUT/" 2>/dev/null || true

@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bench.py",
         description="For every workload tuned on this machine in the records DB: build its best-known "
         "kernel, check it against the float64 reference, and time it against numpy (float32) "
-        "in the same run. Exit status 1 if some kernel failed, 2 on bad input.",
+        "in the same run. With --model: the whole compiled model against onnxruntime instead. "
+        "Exit status 1 if some kernel failed, 2 on bad input.",
     )
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
@@ -42,12 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum duration of one repeat, in ms (default 200)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    from ..graph.cli import add_model_args
+
+    add_model_args(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.model is not None:
+            from ..graph.cli import run_model_bench
+
+            return run_model_bench(args)
         return _run(args)
     except UsageError as err:
         fail(str(err))

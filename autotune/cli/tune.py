@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tune.py",
         description="Tune tensor workloads by measuring generated kernels; results go to a SQLite DB. "
-        "Without --op, tunes the embedded default set: "
+        "With --model, tunes every fused subgraph of an ONNX model under one --trials budget. "
+        "Without --op or --model, tunes the embedded default set: "
         + "; ".join(f"{o} {s}" for o, s in DEFAULT_WORKLOADS),
     )
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
@@ -43,14 +44,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)"
     )
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="per workload: start no new batch after this many seconds (default: none)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from ..graph.cli import add_model_args
+
+    add_model_args(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.model is not None:
+            from ..graph.cli import run_model_tuning
+
+            return run_model_tuning(args)
         return _run(args)
     except (UsageError, WorkloadError) as err:
         fail(str(err))
@@ -82,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         batch_size=args.batch_size,
         progress=not args.no_progress,
+        time_budget_s=args.time_budget,
     )
     summaries = []
     builder, runner = measure_tools(target)

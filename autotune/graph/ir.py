@@ -145,6 +145,12 @@ class Graph:
         return "\n".join(lines)
 
 
+def contiguous(value: object) -> np.ndarray:
+    """A C-contiguous array of ``value`` that keeps its rank (unlike np.ascontiguousarray, 0-d stays 0-d)."""
+    arr = np.asarray(value)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 def topo_sort(nodes: Iterable[Node], available: Iterable[str]) -> list[Node]:
     """Nodes ordered so every input is available before use (stable for an already sorted list)."""
     ready = set(available)

@@ -25,6 +25,7 @@ class TuneOptions:
     batch_size: int = 8
     run: RunOptions = field(default_factory=lambda: RunOptions(repeat=3, min_repeat_ms=10.0, timeout_s=20.0))
     progress: bool = True
+    time_budget_s: float | None = None  # stop starting new batches after this many seconds
     transfer: bool = True  # model-guided strategies learn from other workloads/targets in the DB
     early_stop: int | None = None  # model-guided strategies stop after this many trials without gain
 
@@ -102,6 +103,8 @@ def tune_workload(
     if measurer is None and todo:
         measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
     while new < todo:
+        if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
+            break
         configs = tuner.next_batch(min(options.batch_size, todo - new))
         if not configs:
             break  # space exhausted

@@ -24,8 +24,9 @@ class ModelTuner:
 
     def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
                  context: TuneContext | None = None, model: str = "xgb", transfer: bool = True, *,
-                 eps: float = 0.1, chains: int = 32, sa_steps: int = 12, diversity: int = 2,
-                 early_stop: int | None = None, max_transfer: int = 1500,
+                 eps: float = 0.1, local: float = 0.25, elite: int = 3, chains: int = 32, sa_steps: int = 12,
+                 diversity: int = 2,
+                 early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  model_options: dict | None = None) -> None:
         from cost_model import make_model
 
@@ -38,8 +39,11 @@ class ModelTuner:
         self.model = make_model(model, seed=seed, **(model_options or {}))
         self.transfer = bool(transfer and context is not None and context.transfer)
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
+        self.local, self.elite = local, elite
+        self._neighbour_lists: dict[str, list[Config]] = {}
         self.early_stop = early_stop if early_stop is not None else (context.early_stop if context else None)
         self.max_transfer = max_transfer
+        self.transfer_until = transfer_until  # own measurements after which transfer data is dropped
         self.cache: dict[str, np.ndarray | None] = (
             context.feature_cache if context is not None and context.feature_cache is not None else {})
         self.options = [[list(o) if isinstance(o, tuple) else o for o in k.options] for k in space.knobs]
@@ -106,6 +110,8 @@ class ModelTuner:
             X = self.features([c for c, _ in self.measured])
             own = [Sample(x, "self", cost) for x, (_, cost) in zip(X, self.measured)]
         transfer = self.transfer_samples()
+        if self.transfer_until is not None and len(own) >= self.transfer_until:
+            transfer = []  # enough data of the task itself: other workloads would only blur it
         if own and transfer:  # the task at hand weighs as much as all transfer data together
             w = max(1.0, len(transfer) / len(own))
             own = [Sample(s.features, s.group, s.cost_s, w) for s in own]
@@ -183,6 +189,24 @@ class ModelTuner:
         self.pool = points
         return sorted(found.values(), key=lambda t: -t[0])
 
+    def _local_candidates(self) -> list[tuple[float, Config]]:
+        """Unseen neighbours of the best measured configs, best-scored first: the model decides which
+        neighbour, but the batch keeps probing around what measured fastest (the model may rank the
+        true best below a plateau of near-ties)."""
+        best = sorted((c for c in self.measured if math.isfinite(c[1])), key=lambda t: t[1])[: self.elite]
+        cands: dict[str, Config] = {}
+        for cfg, _ in best:
+            key = config_key(cfg)
+            if key not in self._neighbour_lists:
+                self._neighbour_lists[key] = self.space.neighbours(cfg)
+            for nb in self._neighbour_lists[key]:
+                k = config_key(nb)
+                if k not in self.seen:
+                    cands[k] = nb
+        configs = list(cands.values())
+        scores = self._score(configs)
+        return sorted(((float(s), c) for s, c in zip(scores, configs) if np.isfinite(s)), key=lambda t: -t[0])
+
     def _distance(self, a: Config, b: Config) -> int:
         return sum(a[k.name] != b[k.name] for k in self.space.knobs)
 
@@ -196,6 +220,10 @@ class ModelTuner:
         n_random = n if not self.trained else int((self.rng.random(n) < self.eps).sum())
         picked: list[Config] = []
         if n_random < n:
+            n_local = min(n - n_random, int(round(self.local * n)))
+            for _, c in self._local_candidates()[:n_local]:
+                taken.add(config_key(c))
+                picked.append(c)
             ranked = self._anneal()
             for pass_ in (0, 1):  # diversity first, then whatever ranks best
                 for _, c in ranked:

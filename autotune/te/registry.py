@@ -79,8 +79,29 @@ def make_workload(name: str, shape: Sequence[int] | str) -> Workload:
     return wl
 
 
+# Workloads described by JSON rather than a list of integers (e.g. the fused subgraphs of a model,
+# autotune.graph): op name -> builder, and where the builders of such ops live (imported on demand).
+_DESCRIPTION_BUILDERS: dict[str, Callable[[dict], Workload]] = {}
+_DESCRIPTION_MODULES = {"graph_subgraph": "autotune.graph.subgraph"}
+
+
+def register_description(op: str, build: Callable[[dict], Workload]) -> None:
+    """Let :func:`workload_from_description` rebuild workloads whose description has ``op``."""
+    _DESCRIPTION_BUILDERS[op] = build
+
+
 def workload_from_description(desc: dict) -> Workload:
     """Rebuild a workload from :meth:`Workload.description`."""
+    op = desc.get("op")
+    if op in _DESCRIPTION_MODULES and op not in _DESCRIPTION_BUILDERS:
+        import importlib
+
+        importlib.import_module(_DESCRIPTION_MODULES[op])
+    if op in _DESCRIPTION_BUILDERS:
+        try:
+            return _DESCRIPTION_BUILDERS[op](desc)
+        except (KeyError, TypeError, ValueError) as err:
+            raise WorkloadError(f"{op}: cannot rebuild from its description: {err}") from None
     spec = op_spec(desc["op"])
     params = desc["params"]
     names = list(spec.params) + list(spec.optional or {})

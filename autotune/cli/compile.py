@@ -1,0 +1,77 @@
+"""``compile.py``: compile an ONNX model with the best-known schedules of a records DB into one
+shared library, report tuned vs default-schedule subgraphs and the memory plan, optionally check the
+module against onnxruntime."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import numpy as np
+
+from .common import TARGETS, UsageError, fail, open_db, resolve_target
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..graph.cli import add_model_args
+
+    p = argparse.ArgumentParser(
+        prog="compile.py",
+        description="Compile a model: import, graph passes, fusion, one kernel per fused subgraph from the "
+        "best schedule in the DB (a loud default where there is none), one arena, one shared library with "
+        "one entry point. Exit status 2 on bad input, 1 if --check finds wrong outputs.",
+    )
+    add_model_args(p, required=True)
+    p.add_argument("--target", default="cpu", help=f"where the model runs: {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    p.add_argument("-o", "--output", help="copy the built shared library here")
+    p.add_argument("--check", action="store_true", help="run once on random inputs and compare with onnxruntime")
+    p.add_argument("--show-entry", action="store_true", help="print the generated C entry point")
+    p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except UsageError as err:
+        fail(str(err))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..graph.cli import build_module, compare, load, onnxruntime_session
+
+    model = load(args.model, args.input_shape)
+    target = resolve_target(args.target)
+    if target.kind != "cpu":
+        raise UsageError("compile.py supports --target cpu only (no CUDA module backend yet)")
+    db = open_db(args.db, create=False)
+    try:
+        module = build_module(model, target, db, args.layout)
+    finally:
+        db.close()
+    print(module.prepared.describe(), flush=True)
+    print(module.summary.line(), flush=True)
+    print(f"memory: {module.plan.describe()}", flush=True)
+    lib = module.lib_path
+    if args.output:
+        shutil.copyfile(lib, args.output)
+        lib = args.output
+    print(f"library: {lib} (entry point {module.executable.entry.__name__}(void** args))", flush=True)
+    if args.show_entry:
+        print(module.entry_source, flush=True)
+    out = module.summary.to_json()
+    out.update(library=lib, target=target.key, db=args.db)
+    status = 0
+    if args.check:
+        feeds = module.random_inputs(np.random.default_rng(0))
+        err, rel = compare(module.run(feeds), onnxruntime_session(model).run(None, feeds))
+        ok = rel <= 1e-3
+        print(f"check vs onnxruntime: max abs err {err:.2e} (relative {rel:.1e}) {'ok' if ok else 'WRONG'}")
+        out.update(max_abs_err=err, max_rel_err=rel, ok=ok)
+        status = 0 if ok else 1
+    if args.json:
+        print(json.dumps(out))
+    return status

@@ -1,0 +1,246 @@
+"""Command-line pieces shared by ``tune.py --model``, ``compile.py`` and ``bench.py --model``:
+model arguments, loading with one-line errors, the model tuning and benchmark runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..cli.common import UsageError, measure_tools, open_db, resolve_target
+from .compiler import LAYOUTS, Prepared, compile_model, prepare
+from .frontend import from_onnx
+from .ir import Graph, GraphError
+
+DEFAULT_MODEL_TRIALS = 200
+
+
+def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
+    """--model, --input-shape, --layout."""
+    from .zoo import MODELS
+
+    p.add_argument(
+        "--model",
+        required=required,
+        help=f"an ONNX file, or zoo:NAME for a built-in model ({', '.join(MODELS)}; e.g. zoo:resnet18, "
+        "zoo:bert_layer?seq=64)",
+    )
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="fix the dims of a model input with dynamic dims (repeatable)",
+    )
+    p.add_argument(
+        "--layout",
+        default="NHWC",
+        choices=LAYOUTS,
+        help="data layout of convolutions and pools; auto = tune both / compile the one with the lower "
+        "estimated latency (default NHWC)",
+    )
+
+
+def parse_input_shapes(items: list[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        parts = [d.strip() for d in dims.replace("x", ",").split(",")]
+        if not sep or not name or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise UsageError(
+                f"malformed --input-shape {item!r}: expected NAME=D0,D1,... with positive integers"
+            )
+        out[name.strip()] = [int(p) for p in parts]
+    return out
+
+
+@dataclass
+class LoadedModel:
+    """A model named on the command line: its graph and the ONNX form (for onnxruntime)."""
+
+    spec: str
+    graph: Graph
+    onnx: Any  # ModelProto, or a path
+    input_shapes: dict[str, list[int]]
+
+
+def load(spec: str, input_shapes: list[str]) -> LoadedModel:
+    """Import ``spec`` (path or zoo:NAME); any problem is a UsageError (one line, exit 2)."""
+    shapes = parse_input_shapes(input_shapes)
+    try:
+        if spec.startswith("zoo:"):
+            from .zoo import make_model
+
+            try:
+                proto: Any = make_model(spec)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+        else:
+            proto = spec
+        graph = from_onnx(proto, shapes)
+    except GraphError as err:
+        raise UsageError(str(err)) from None
+    return LoadedModel(spec, graph, proto, shapes)
+
+
+def prepare_layouts(model: LoadedModel, layout: str) -> list[Prepared]:
+    try:
+        layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
+        return [prepare(model.graph, lay) for lay in layouts]
+    except GraphError as err:
+        raise UsageError(str(err)) from None
+
+
+# --- tune --model -----------------------------------------------------------------------------------
+def run_model_tuning(args: argparse.Namespace) -> int:
+    """``tune.py --model``: every task of the model under one budget (``--trials``, default
+    DEFAULT_MODEL_TRIALS), scheduled by the gradient task scheduler."""
+    from ..search import STRATEGIES, TuneOptions
+    from .tuning import tune_model
+
+    if args.op is not None or args.shape:
+        raise UsageError("--model and --op/--shape are exclusive")
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
+    trials = DEFAULT_MODEL_TRIALS if args.trials is None else args.trials
+    if trials < 0 or args.batch_size < 1:
+        raise UsageError("--trials must be >= 0 and --batch-size >= 1")
+    model = load(args.model, args.input_shape)
+    prepared = prepare_layouts(model, args.layout)
+    target = resolve_target(args.target)
+    print(prepared[0].describe(), flush=True)
+    db = open_db(args.db)
+    options = TuneOptions(
+        trials=trials, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size, progress=False
+    )
+    builder, runner = measure_tools(target)
+    try:
+        with builder, runner:
+            summary = tune_model(prepared, target, db, trials, options, builder, runner)
+    finally:
+        db.close()
+    est = summary.estimated_s
+    print(
+        f"{summary.model}: {summary.trials} trials in DB for {len(summary.tasks)} tasks "
+        f"({summary.new_trials} new), estimated model latency "
+        f"{'-' if est == float('inf') else f'{est * 1e3:.3f} ms'}, {summary.elapsed_s:.1f} s",
+        flush=True,
+    )
+    if args.json:
+        out = summary.to_json()
+        out.update(target=target.key, target_kind=target.kind, db=args.db)
+        print(json.dumps(out))
+    return 0
+
+
+# --- compile ------------------------------------------------------------------------------------------
+def build_module(model: LoadedModel, target: Any, db: Any, layout: str) -> Any:
+    try:
+        return compile_model(model.graph, target, db, layout=layout, verbose=False)
+    except GraphError as err:
+        raise UsageError(str(err)) from None
+
+
+def onnxruntime_session(model: LoadedModel, threads: int | None = None) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise UsageError("onnxruntime is not installed (pip install onnxruntime)") from None
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    src = model.onnx.SerializeToString() if hasattr(model.onnx, "SerializeToString") else str(model.onnx)
+    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float, float]:
+    """(max abs error, the same relative to the largest reference magnitude)."""
+    err = max(
+        (float(np.max(np.abs(o.astype(np.float64) - r))) for o, r in zip(outputs, reference)), default=0.0
+    )
+    scale = max((float(np.max(np.abs(r))) for r in reference if r.size), default=1.0)
+    return err, err / max(scale, 1e-30)
+
+
+# --- bench --model ------------------------------------------------------------------------------------
+def run_model_bench(args: argparse.Namespace) -> int:
+    """``bench.py --model``: compile with the best-known schedules, check against onnxruntime on the
+    same random inputs, time both in one run."""
+    from ..cli.bench import time_callable
+
+    if args.repeat < 1 or args.min_repeat_ms < 0:
+        raise UsageError("--repeat must be >= 1 and --min-repeat-ms >= 0")
+    model = load(args.model, args.input_shape)
+    target = resolve_target(args.target)
+    if target.kind != "cpu":
+        raise UsageError("bench.py --model supports --target cpu only (no CUDA module backend yet)")
+    db = open_db(args.db, create=False)
+    try:
+        module = build_module(model, target, db, args.layout)
+    finally:
+        db.close()
+    print(f"target: {target.describe()} [{target.key}]", flush=True)
+    print(module.summary.line(), flush=True)
+    session = onnxruntime_session(model)
+    feeds = module.random_inputs(np.random.default_rng(getattr(args, "seed", 0)))
+    ours = module.run(feeds)
+    ref = session.run(None, feeds)
+    err, rel = compare(ours, ref)
+    ours_s = statistics.median(time_callable(module.run, [feeds], args.repeat, args.min_repeat_ms))
+    ours_c = statistics.median(module.time(feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms))
+    ort_s = statistics.median(
+        time_callable(lambda f: session.run(None, f), [feeds], args.repeat, args.min_repeat_ms)
+    )
+    ok = rel <= 1e-3
+    print(
+        f"{model.graph.name}: ours {ours_s * 1e3:.3f} ms, onnxruntime {ort_s * 1e3:.3f} ms, "
+        f"ours/onnxruntime speedup {ort_s / ours_s:.2f}x; max abs err {err:.2e} (relative {rel:.1e})"
+        + ("" if ok else "  WRONG OUTPUT"),
+        flush=True,
+    )
+    if args.json:
+        s = module.summary
+        print(
+            json.dumps(
+                {
+                    "model": model.graph.name,
+                    "model_spec": model.spec,
+                    "target": target.key,
+                    "target_kind": target.kind,
+                    "db": args.db,
+                    "layout": s.layout,
+                    "latency_s": ours_s,
+                    "latency_c_s": ours_c,
+                    "baseline": "onnxruntime",
+                    "baseline_version": _ort_version(),
+                    "baseline_latency_s": ort_s,
+                    "speedup": ort_s / ours_s,
+                    "tuned_subgraphs": s.tuned_calls,
+                    "fallback_subgraphs": s.calls - s.tuned_calls,
+                    "fallback": s.fallback,
+                    "tasks": s.tasks,
+                    "tuned_tasks": s.tuned_tasks,
+                    "peak_arena_bytes": s.arena_bytes,
+                    "naive_intermediate_bytes": s.naive_bytes,
+                    "max_abs_err": err,
+                    "max_rel_err": rel,
+                    "ok": ok,
+                }
+            )
+        )
+    return 0 if ok else 1
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
+def eprint(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

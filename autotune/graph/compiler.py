@@ -1,0 +1,340 @@
+"""The model compiler: ONNX -> graph IR -> passes -> fused groups -> tasks -> kernels with the best
+known schedules -> memory plan -> one module.
+
+    from autotune.graph import compile_model
+    module = compile_model("model.onnx", db=TuningDatabase("tuning.db"))
+    (probs,) = module.run({"x": x})             # numpy in, numpy out
+    print(module.summary.line())               # tuned vs default-schedule subgraphs, arena size
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autotune.program import Program, build_program
+from autotune.schedule import ScheduleError, Step, step_from_dict
+from autotune.target import Target, cpu_target
+from records import TuningDatabase
+from schedules import make_space
+
+from .frontend import from_onnx
+from .fusion import Group, fuse
+from .ir import Graph, GraphError
+from .memory import MemoryPlan, plan_memory
+from .passes import optimize
+from .runtime import CpuExecutable, KernelSource, check_inputs, entry_source, make_backend
+from .tasks import KernelCall, Task, extract_tasks
+
+LAYOUTS = ("NHWC", "NCHW", "auto")
+
+
+def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """A graph from a Graph, an ONNX ModelProto / path / bytes, or a zoo spec (``zoo:resnet18``)."""
+    if isinstance(model, Graph):
+        return model
+    if isinstance(model, str) and model.startswith("zoo:"):
+        from . import zoo
+
+        try:
+            proto = zoo.make_model(model)
+        except ValueError as err:
+            raise GraphError(str(err)) from None
+        return from_onnx(proto, input_shapes)
+    return from_onnx(model, input_shapes)
+
+
+@dataclass
+class Prepared:
+    """A model after the passes: its graph, fused groups, tasks and one call per group."""
+
+    graph: Graph
+    groups: list[Group]
+    tasks: list[Task]
+    calls: list[KernelCall]
+    layout: str
+
+    def describe(self) -> str:
+        weights = sum(t.weight for t in self.tasks)
+        return (
+            f"{self.graph.name}: {len(self.graph.nodes)} nodes -> {len(self.groups)} fused kernels, "
+            f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}"
+        )
+
+
+def prepare(
+    model: Any, layout: str = "NHWC", input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> Prepared:
+    """Import (unless given a Graph), run the passes, fuse and extract tasks."""
+    if layout not in ("NHWC", "NCHW"):
+        raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
+    graph = optimize(load_model(model, input_shapes), layout)
+    groups = fuse(graph)
+    tasks, calls = extract_tasks(groups, graph)
+    return Prepared(graph, groups, tasks, calls, layout)
+
+
+def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:
+    """Sum of weight x best recorded latency over the tasks (inf if one has no record)."""
+    if db is None:
+        return math.inf
+    total = 0.0
+    for t in tasks:
+        rec = db.best(t.key, target.key)
+        if rec is None:
+            return math.inf
+        total += t.weight * rec.mean_s
+    return total
+
+
+def choose_layout(
+    model: Any,
+    target: Target,
+    db: TuningDatabase | None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Prepared:
+    """Layout as a tunable: the layout whose tasks are all tuned with the lowest estimated model
+    latency (sum of weight x best latency); NHWC when neither is fully tuned."""
+    graph = load_model(model, input_shapes)
+    options = [prepare(graph, lay) for lay in ("NHWC", "NCHW")]
+    costs = [estimated_latency(p.tasks, target, db) for p in options]
+    return options[1] if costs[1] < costs[0] else options[0]
+
+
+@dataclass
+class KernelChoice:
+    """The schedule one task compiles with."""
+
+    task: Task
+    steps: list[Step]
+    config: dict | None
+    tuned: bool
+    best_s: float | None = None
+    note: str = ""
+    program: Program | None = field(default=None, repr=False)
+
+
+def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> KernelChoice:
+    """The best recorded schedule for the task, or the space's default one (noted why)."""
+    wl = task.workload
+    record = db.best(wl.key, target.key) if db is not None else None
+    note = "no tuning record"
+    if record is not None:
+        try:
+            steps = [step_from_dict(d) for d in record.steps]
+            prog = build_program(wl, steps, target)
+            return KernelChoice(task, steps, record.config, True, record.mean_s, program=prog)
+        except (ScheduleError, KeyError, TypeError, ValueError) as err:
+            note = f"tuned schedule failed to replay ({type(err).__name__})"
+    space = make_space(wl, target)
+    last: Exception | None = None
+    for seed in range(8):
+        config = space.sample(np.random.default_rng(seed))
+        steps = space.steps(config)
+        try:
+            prog = build_program(wl, steps, target)
+            return KernelChoice(task, steps, config, False, None, note, prog)
+        except ScheduleError as err:
+            last = err
+    raise GraphError(f"{task.label}: no default schedule lowers ({last})")
+
+
+@dataclass
+class CompileSummary:
+    """What the module was built from."""
+
+    model: str
+    layout: str
+    tasks: int
+    tuned_tasks: int
+    fallback: list[str]
+    calls: int
+    tuned_calls: int
+    arena_bytes: int
+    naive_bytes: int
+    estimated_s: float | None
+    seconds: dict = field(default_factory=dict)
+
+    def line(self) -> str:
+        fb = f"; default schedule for: {', '.join(self.fallback)}" if self.fallback else ""
+        return (
+            f"{self.model}: {self.tuned_calls}/{self.calls} fused subgraphs use tuned schedules "
+            f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
+            f"arena {self.arena_bytes / 2**20:.2f} MiB vs {self.naive_bytes / 2**20:.2f} MiB unshared"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "layout": self.layout,
+            "tasks": self.tasks,
+            "tuned_tasks": self.tuned_tasks,
+            "tuned_subgraphs": self.tuned_calls,
+            "fallback_subgraphs": self.calls - self.tuned_calls,
+            "fallback": self.fallback,
+            "peak_arena_bytes": self.arena_bytes,
+            "naive_intermediate_bytes": self.naive_bytes,
+            "estimated_s": self.estimated_s,
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+        }
+
+
+class CompiledModule:
+    """A compiled model: ``run(inputs) -> outputs`` on numpy arrays (not reentrant: one arena)."""
+
+    def __init__(
+        self,
+        prepared: Prepared,
+        plan: MemoryPlan,
+        choices: list[KernelChoice],
+        executable: CpuExecutable,
+        summary: CompileSummary,
+        entry_c: str,
+    ) -> None:
+        self.prepared = prepared
+        self.graph = prepared.graph
+        self.plan = plan
+        self.choices = choices
+        self.executable = executable
+        self.summary = summary
+        self.entry_source = entry_c
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    @property
+    def lib_path(self) -> str:
+        return self.executable.lib_path
+
+    def random_inputs(self, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+        rng = rng or np.random.default_rng(0)
+        return {
+            n: rng.standard_normal(self.graph.types[n].shape).astype(np.float32) for n in self.graph.inputs
+        }
+
+    def _outputs(self) -> list[np.ndarray]:
+        return [
+            np.empty(self.graph.types[o].shape, dtype=np.dtype(self.graph.types[o].dtype))
+            for o in self.graph.outputs
+        ]
+
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """Outputs (graph order) for inputs given by name or in ``input_names`` order."""
+        arrays = check_inputs(self.graph, inputs)
+        outputs = self._outputs()
+        self.executable.run(arrays, outputs)
+        self._copy_outputs(arrays, outputs)
+        return outputs
+
+    def _copy_outputs(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        from .memory import root_of
+
+        for j, value in self.plan.output_copies:
+            r = root_of(self.graph, value)
+            s = self.plan.storage.get(r)
+            if r in self.graph.consts:
+                src = self.graph.consts[r]
+            elif s is not None and s.kind == "input":
+                src = arrays[s.index]
+            elif s is not None and s.kind == "output":
+                src = outputs[s.index]
+            else:
+                raise GraphError(f"output {value!r} has no readable storage")
+            outputs[j][...] = np.reshape(src, outputs[j].shape)
+
+    def time(
+        self,
+        inputs: Mapping[str, Any] | Sequence[Any] | None = None,
+        repeat: int = 5,
+        min_repeat_ms: float = 200.0,
+    ) -> list[float]:
+        """Seconds per model run, one value per repeat, timed in C around the entry point."""
+        arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
+        return self.executable.time(arrays, self._outputs(), repeat, min_repeat_ms)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self.summary.line()})"
+
+
+def compile_model(
+    model: Any,
+    target: Target | None = None,
+    db: TuningDatabase | None = None,
+    *,
+    layout: str = "NHWC",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    workers: int | None = None,
+    cache_dir: str | None = None,
+    verbose: bool = True,
+) -> CompiledModule:
+    """Compile a model with the best schedules in ``db`` (default schedules where it has none).
+
+    ``model``: ONNX path / bytes / ModelProto, a zoo spec (``"zoo:bert_layer"``), a Graph (as
+    imported) or a Prepared (passes already run);
+    ``layout``: NHWC, NCHW or auto (the one with the lower estimated latency from ``db``).
+    ``cache_dir``: where built objects and libraries are kept (default ~/.cache/autotune/modules).
+    With ``verbose`` the summary line goes to stderr."""
+    t0 = time.perf_counter()
+    target = target or cpu_target()
+    if layout not in LAYOUTS:
+        raise GraphError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
+    if isinstance(model, Prepared):
+        prepared = model
+    elif layout == "auto":
+        prepared = choose_layout(model, target, db, input_shapes)
+    else:
+        prepared = prepare(model, layout, input_shapes)
+    t1 = time.perf_counter()
+    by_key: dict[str, KernelChoice] = {}
+    choices: list[KernelChoice] = []
+    for task in prepared.tasks:
+        if task.key not in by_key:
+            by_key[task.key] = choose_schedule(task, target, db)
+        c = by_key[task.key]
+        choices.append(KernelChoice(task, c.steps, c.config, c.tuned, c.best_s, c.note, c.program))
+    kernels: dict[str, KernelSource] = {}
+    names: list[str] = []
+    for c in choices:
+        prog = c.program
+        assert prog is not None
+        kernels.setdefault(prog.kernel_name, KernelSource(prog.kernel_name, prog.source))
+        names.append(prog.kernel_name)
+    t2 = time.perf_counter()
+    plan = plan_memory(prepared.graph, prepared.calls)
+    call_kernels = [names[call.task] for call in prepared.calls]
+    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in prepared.graph.name)[:40]
+    backend = make_backend(target, workers=workers, cache_dir=cache_dir)
+    lib = backend.build(entry, list(kernels.values()), prepared.calls, call_kernels, prepared.graph, plan)
+    executable = CpuExecutable(lib, entry, prepared.graph, plan)
+    t3 = time.perf_counter()
+    tuned_calls = sum(choices[c.task].tuned for c in prepared.calls)
+    est = (
+        sum(c.task.weight * c.best_s for c in choices if c.best_s) if all(c.tuned for c in choices) else None
+    )
+    summary = CompileSummary(
+        model=prepared.graph.name,
+        layout=prepared.layout,
+        tasks=len(choices),
+        tuned_tasks=sum(c.tuned for c in choices),
+        fallback=[c.task.label for c in choices if not c.tuned],
+        calls=len(prepared.calls),
+        tuned_calls=tuned_calls,
+        arena_bytes=plan.arena_bytes,
+        naive_bytes=plan.naive_bytes,
+        estimated_s=est,
+        seconds={"passes": t1 - t0, "schedules": t2 - t1, "build": t3 - t2},
+    )
+    if verbose:
+        print(summary.line(), file=sys.stderr, flush=True)
+    entry_c = entry_source(entry, prepared.calls, call_kernels, prepared.graph, plan, with_harness=False)
+    return CompiledModule(prepared, plan, choices, executable, summary, entry_c)

@@ -1,0 +1,229 @@
+"""ONNX frontend: an ONNX model -> the graph IR, every shape and dtype static and inferred.
+
+Problems are reported before any work starts and all at once: every unsupported operator (by type
+and node name) and unsupported attribute value in one :class:`UnsupportedModelError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .ir import Graph, GraphError, Node, TensorType, topo_sort
+from .ops import OPS, attr_problem
+
+
+class ModelImportError(GraphError):
+    """The file is not a usable ONNX model (not ONNX, unresolved dynamic dims, undefined values)."""
+
+
+class UnsupportedModelError(ModelImportError):
+    """Operators or attribute values this compiler does not support (all of them, listed)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"unsupported by the compiler: {'; '.join(problems)}")
+
+
+def _load(source: Any) -> Any:
+    import onnx
+
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray)):
+        data, where = bytes(source), "the given bytes"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ModelImportError(f"model file {str(path)!r} does not exist")
+        data, where = path.read_bytes(), str(path)
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as err:  # noqa: BLE001 - protobuf raises several types for garbage
+        raise ModelImportError(f"{where} is not an ONNX model ({type(err).__name__})") from None
+    if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
+        raise ModelImportError(f"{where} is not an ONNX model (no graph, outputs or IR version)")
+    if not isinstance(source, (bytes, bytearray)):
+        try:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(Path(source).parent))
+        except Exception as err:  # noqa: BLE001
+            raise ModelImportError(f"{where}: cannot load external weights ({err})") from None
+    return model
+
+
+def _opset(model: Any) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 1
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import AttributeProto, helper, numpy_helper
+
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type == AttributeProto.TENSOR:
+            out[a.name] = numpy_helper.to_array(a.t)
+        elif a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+            out[a.name] = "<subgraph>"
+        else:
+            v = helper.get_attribute_value(a)
+            if isinstance(v, bytes):
+                v = v.decode()
+            elif isinstance(v, list):
+                v = [x.decode() if isinstance(x, bytes) else x for x in v]
+            out[a.name] = v
+    return out
+
+
+def _type_of(vi: Any) -> tuple[list[int | str | None], str]:
+    from onnx import helper
+
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise ModelImportError(f"value {vi.name!r} is not a tensor")
+    dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))) if tt.elem_type else "float32"
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return dims, dtype
+
+
+def unsupported(model: Any) -> list[str]:
+    """Every node this compiler cannot take, as ``"Op (node 'name')"`` / attribute problems."""
+    by_op: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for i, n in enumerate(model.graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        if n.domain not in ("", "ai.onnx") or n.op_type not in OPS:
+            op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+            by_op.setdefault(op, []).append(name)
+            continue
+        why = attr_problem(Node(n.op_type, list(n.input), list(n.output), _attrs(n), name))
+        if why:
+            problems.append(f"{n.op_type} node {name!r} with {why}")
+    ops = [
+        f"{op} (node{'s' if len(names) > 1 else ''} {', '.join(repr(x) for x in names[:5])}"
+        f"{', ...' if len(names) > 5 else ''})"
+        for op, names in sorted(by_op.items())
+    ]
+    return ops + problems
+
+
+def from_onnx(
+    source: Any,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fold: bool = True,
+) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto). ``input_shapes`` fixes dynamic input dims
+    by input name. Shapes and dtypes of every value are inferred; constant subexpressions (shape
+    computations, Constant nodes) are folded unless ``fold`` is False."""
+    import onnx
+
+    model = _load(source)
+    problems = unsupported(model)
+    if problems:
+        raise UnsupportedModelError(problems)
+    g = model.graph
+    _check_defined(
+        [
+            Node(n.op_type, list(n.input), list(n.output), {}, n.name or f"{n.op_type}_{i}")
+            for i, n in enumerate(g.node)
+        ],
+        {vi.name for vi in g.input} | {init.name for init in g.initializer},
+    )
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "validation failed"
+        raise ModelImportError(f"invalid ONNX model: {first}") from None
+    opset = _opset(model)
+    consts: dict[str, np.ndarray] = {}
+    from onnx import numpy_helper
+
+    for init in g.initializer:
+        consts[init.name] = numpy_helper.to_array(init)
+    types: dict[str, TensorType] = {k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()}
+    given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    inputs: list[str] = []
+    errors: list[str] = []
+    names = [vi.name for vi in g.input if vi.name not in consts]
+    for k in given:
+        if k not in names:
+            raise ModelImportError(
+                f"--input-shape names {k!r}, which is not an input (inputs: {', '.join(names)})"
+            )
+    for vi in g.input:
+        if vi.name in consts:
+            continue
+        dims, dtype = _type_of(vi)
+        if vi.name in given:
+            shape = given[vi.name]
+            if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape)):
+                raise ModelImportError(
+                    f"input {vi.name!r}: shape {list(shape)} does not fit the model's {dims}"
+                )
+        elif any(not isinstance(d, int) for d in dims):
+            shown = ",".join(str(d) if d is not None else "?" for d in dims)
+            errors.append(f"input {vi.name!r} has dynamic dims [{shown}]")
+            continue
+        else:
+            shape = tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        if dtype != "float32":
+            errors.append(f"input {vi.name!r} is {dtype}; only float32 model inputs are supported")
+        inputs.append(vi.name)
+        types[vi.name] = TensorType(shape, dtype)
+    if errors:
+        hint = " (fix them with --input-shape NAME=D0,D1,...)" if any("dynamic" in e for e in errors) else ""
+        raise ModelImportError("; ".join(errors) + hint)
+    nodes = []
+    for i, n in enumerate(g.node):
+        attrs = _attrs(n)
+        if n.op_type == "Softmax" and opset < 13:
+            attrs["_legacy"] = True
+        nodes.append(
+            Node(n.op_type, list(n.input), [o for o in n.output], attrs, n.name or f"{n.op_type}_{i}")
+        )
+    try:
+        nodes = topo_sort(nodes, list(inputs) + list(consts))
+    except GraphError as err:
+        raise ModelImportError(str(err)) from None
+    outputs = [o.name for o in g.output]
+    graph = Graph(g.name or "model", inputs, outputs, nodes, types, consts)
+    from .passes import eliminate_dead_code, infer_types
+
+    graph = infer_types(graph, fold=fold)
+    _check_declared_outputs(model, graph)
+    return eliminate_dead_code(graph)
+
+
+def _check_defined(nodes: list[Node], defined: set[str]) -> None:
+    produced = {o for n in nodes for o in n.outputs if o}
+    missing = []
+    for n in nodes:
+        for v in n.inputs:
+            if v and v not in defined and v not in produced:
+                missing.append(f"node {n.name!r} ({n.op}) reads {v!r}")
+    if missing:
+        raise ModelImportError(
+            "missing input: " + "; ".join(missing[:5]) + " — no node, graph input or initializer defines it"
+        )
+
+
+def _check_declared_outputs(model: Any, graph: Graph) -> None:
+    for vi in model.graph.output:
+        if vi.name not in graph.types:
+            raise ModelImportError(f"graph output {vi.name!r} is never produced")
+        dims, _ = _type_of(vi) if vi.type.HasField("tensor_type") else ([], "")
+        have = graph.types[vi.name].shape
+        if dims and all(isinstance(d, int) for d in dims) and tuple(dims) != have:
+            raise ModelImportError(f"output {vi.name!r} is declared {list(dims)} but computes {list(have)}")

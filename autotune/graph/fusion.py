@@ -1,0 +1,119 @@
+"""Operator fusion: partition the kernel nodes of a graph into fused groups, one kernel each.
+
+Every node that moves data (not an alias) starts in its own group; then a producer group A is
+merged into a consumer group B while the rules allow it, until nothing changes. A may merge into B
+only when every consumer of A's output is in B (so a group always has exactly one output, and the
+merged group stays convex), and the merged group has at most one anchor or reduction. Then:
+
+- epilogue: A holds an anchor / reduction and B is purely elementwise with A's output shape
+  (conv + bias + add + relu, matmul + bias + gelu, softmax * mask ...);
+- side input: A is elementwise / injective only and feeds only elementwise nodes of B (computed
+  inline in B's output stage, e.g. one branch of a residual add);
+- prologue: A is Transpose nodes only, feeding anything (the transposed read is inlined into the
+  consumer's index expressions, e.g. attention's head transposes into the batched matmul);
+- chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
+
+Aliases (Reshape, Flatten, ...) are views: they never form kernels and end fusion across them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import Graph, GraphError, Node
+from .ops import ALIAS, ANCHOR, ELEMWISE, INJECTIVE, REDUCE, op_def
+
+
+@dataclass
+class Group:
+    """A fused subgraph: nodes in graph order and the one value it produces for others."""
+
+    nodes: list[Node]
+    output: str
+    index: dict[int, int] = field(default_factory=dict, repr=False)  # id(node) -> graph position
+
+    def kinds(self) -> set[str]:
+        return {op_def(n.op).kind for n in self.nodes}
+
+    @property
+    def kind(self) -> str:
+        k = self.kinds()
+        for kind in (ANCHOR, REDUCE, ELEMWISE, INJECTIVE):
+            if kind in k:
+                return kind
+        return INJECTIVE
+
+    @property
+    def complex(self) -> int:
+        """Number of anchor / reduction nodes."""
+        return sum(op_def(n.op).kind in (ANCHOR, REDUCE) for n in self.nodes)
+
+    def external_inputs(self) -> list[str]:
+        """Values read by the group and produced outside it, in first-use order."""
+        inside = {o for n in self.nodes for o in n.outputs}
+        out: list[str] = []
+        for n in self.nodes:
+            for i in n.inputs:
+                if i and i not in inside and i not in out:
+                    out.append(i)
+        return out
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes]
+
+    def __repr__(self) -> str:
+        return f"Group({'+'.join(self.ops)} -> {self.output})"
+
+
+def is_kernel_node(n: Node) -> bool:
+    kind = op_def(n.op).kind
+    if kind not in (ANCHOR, ELEMWISE, INJECTIVE, REDUCE, ALIAS):
+        raise GraphError(f"{n.op} node {n.name!r} must be removed by the passes before fusion")
+    return kind != ALIAS
+
+
+def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]]) -> bool:
+    v = a.output
+    users = consumers.get(v, [])
+    b_ids = {id(n) for n in b.nodes}
+    if v in g.outputs or not users or any(id(u) not in b_ids for u in users):
+        return False
+    if a.complex + b.complex > 1:
+        return False
+    b_kinds = b.kinds()
+    user_kinds = {op_def(u.op).kind for u in users}
+    if a.complex:
+        return b_kinds == {ELEMWISE} and g.types[b.output].shape == g.types[v].shape
+    if user_kinds == {ELEMWISE}:
+        return True
+    if all(n.op == "Transpose" for n in a.nodes):
+        return True
+    return user_kinds == {INJECTIVE} and not b.complex
+
+
+def fuse(graph: Graph) -> list[Group]:
+    """The fused groups of ``graph`` in execution order (by the position of their output)."""
+    pos = {id(n): i for i, n in enumerate(graph.nodes)}
+    groups = [Group([n], n.outputs[0], pos) for n in graph.nodes if is_kernel_node(n)]
+    for grp in groups:
+        if len([o for o in grp.nodes[0].outputs if o]) != 1:
+            raise GraphError(f"{grp.nodes[0].op} node {grp.nodes[0].name!r}: only single-output kernels")
+    consumers = graph.consumers()
+    changed = True
+    while changed:
+        changed = False
+        owner = {o: grp for grp in groups for n in grp.nodes for o in n.outputs}
+        for b in groups:
+            for v in b.external_inputs():
+                a = owner.get(v)
+                if a is None or a is b or a.output != v or not _can_merge(a, b, graph, consumers):
+                    continue
+                b.nodes = sorted(a.nodes + b.nodes, key=lambda n: pos[id(n)])
+                groups.remove(a)
+                changed = True
+                break
+            if changed:
+                break
+    groups.sort(key=lambda grp: pos[id(grp.nodes[-1])])
+    return groups

@@ -1,0 +1,501 @@
+"""Graph passes. Each takes a Graph and returns a new one (the input is never modified):
+
+- ``infer_types``        shape/dtype inference; folds constant subexpressions when asked
+- ``fold_constants``     evaluate every node whose inputs are all constants
+- ``eliminate_dead_code`` drop nodes and constants no graph output depends on
+- ``fold_batch_norm``    Conv -> BatchNormalization becomes one Conv with scaled weights and a bias
+- ``lower_batch_norm``   any other BatchNormalization becomes Mul + Add with per-channel constants
+- ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
+- ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
+- ``remove_identities``  Identity / Dropout disappear
+- ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
+- ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
+- ``optimize``           all of the above in order (the compiler's pipeline)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from .ir import Graph, GraphError, Node, TensorType, contiguous
+from .ops import ELEMWISE, FOLD, REWRITE, evaluate, op_def, transpose_perm
+
+Pass = Callable[[Graph], Graph]
+
+
+# --- inference and folding ------------------------------------------------------------------------
+def infer_types(graph: Graph, fold: bool = False) -> Graph:
+    """Recompute the type of every value. Shape computations (``fold``-kind ops) are always
+    evaluated; with ``fold`` every node whose inputs are all constants is evaluated too."""
+    g = graph.copy()
+    types = {v: g.types[v] for v in g.inputs}
+    for k, arr in g.consts.items():
+        types[k] = TensorType(tuple(arr.shape), str(arr.dtype))
+    nodes: list[Node] = []
+    for n in g.nodes:
+        d = op_def(n.op)
+        in_types = [types.get(i) if i else None for i in n.inputs]
+        for i, t in zip(n.inputs, in_types):
+            if i and t is None:
+                raise GraphError(f"node {n.name!r} ({n.op}) reads {i!r}, which is not defined before it")
+        in_consts = [g.consts.get(i) if i else None for i in n.inputs]
+        live_consts = [c for i, c in zip(n.inputs, in_consts) if i]
+        if n.op == "Cast" and in_consts and in_consts[0] is None:
+            to = n.attrs.get("to", 1)
+            if to != 1 or in_types[0].dtype != "float32":  # type: ignore[union-attr]
+                raise GraphError(f"Cast node {n.name!r}: only float32 -> float32 casts of computed values")
+            n = Node("Identity", n.inputs[:1], n.outputs, {}, n.name)
+            d = op_def("Identity")
+        all_const = all(c is not None for c in live_consts)
+        if n.op == "Shape" or (all_const and (d.kind == FOLD or (fold and live_consts))):
+            if n.op == "Shape":
+                vals = [np.asarray(types[n.inputs[0]].shape, dtype=np.int64)]
+                s = n.attrs.get("start", 0)
+                vals = [vals[0][s : n.attrs.get("end", len(vals[0]))]]
+            else:
+                vals = evaluate(n, [np.asarray(c) if c is not None else None for c in in_consts])
+            for o, v in zip(n.outputs, vals):
+                if o:
+                    arr = contiguous(v)
+                    g.consts[o] = arr
+                    types[o] = TensorType(tuple(arr.shape), str(arr.dtype))
+            continue
+        outs = d.infer(n, in_types, in_consts)
+        for o, t in zip(n.outputs, outs):
+            if o:
+                types[o] = t
+        nodes.append(n)
+    g.nodes = nodes
+    g.types = types
+    g.validate()
+    return g
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate every node whose inputs are all constants; its outputs become constants."""
+    return eliminate_dead_code(infer_types(graph, fold=True))
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """Keep only the nodes and constants some graph output depends on (inputs are kept)."""
+    g = graph.copy()
+    needed = set(g.outputs)
+    kept: list[Node] = []
+    for n in reversed(g.nodes):
+        if any(o in needed for o in n.outputs if o):
+            kept.append(n)
+            needed.update(i for i in n.inputs if i)
+    g.nodes = kept[::-1]
+    g.consts = {k: v for k, v in g.consts.items() if k in needed}
+    live = set(g.inputs) | set(g.consts) | {o for n in g.nodes for o in n.outputs if o}
+    g.types = {k: t for k, t in g.types.items() if k in live}
+    return g
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+def scalar(g: Graph, value: str) -> float | None:
+    """The value of a one-element constant, else None."""
+    arr = g.consts.get(value)
+    if arr is None or arr.size != 1 or arr.dtype.kind not in "fiu":
+        return None
+    return float(arr.reshape(-1)[0])
+
+
+def _add_const(g: Graph, base: str, arr: np.ndarray) -> str:
+    name = g.fresh_name(base)
+    arr = contiguous(arr)
+    g.consts[name] = arr
+    g.types[name] = TensorType(tuple(arr.shape), str(arr.dtype))
+    return name
+
+
+def _new_value(g: Graph, base: str, t: TensorType) -> str:
+    name = g.fresh_name(base)
+    g.types[name] = t
+    return name
+
+
+def _rename_uses(g: Graph, old: str, new: str) -> None:
+    for n in g.nodes:
+        n.inputs = [new if i == old else i for i in n.inputs]
+    g.outputs = [new if o == old else o for o in g.outputs]
+
+
+def _bypass(g: Graph, node: Node) -> bool:
+    """Remove a node whose output equals its first input; False if that cannot be expressed
+    (both are graph-level names that must stay distinct)."""
+    x, y = node.inputs[0], node.outputs[0]
+    if y not in g.outputs:
+        g.nodes.remove(node)
+        _rename_uses(g, y, x)
+        return True
+    producer = g.producer().get(x)
+    consumers = g.consumers().get(x, [])
+    if producer is not None and x not in g.outputs and consumers == [node]:
+        g.nodes.remove(node)
+        producer.outputs = [y if o == x else o for o in producer.outputs]
+        g.types[y] = g.types[x]
+        return True
+    return False
+
+
+# --- batch norm -------------------------------------------------------------------------------------
+def _bn_params(g: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    vals = [g.consts.get(v) for v in bn.inputs[1:5]]
+    if any(v is None for v in vals):
+        return None
+    scale, bias, mean, var = (v.astype(np.float64) for v in vals)  # type: ignore[union-attr]
+    k = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    return k, bias - mean * k
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """Fold an inference BatchNormalization into the Conv that feeds it (the conv's output used
+    by nothing else): ``W' = W * k`` per output channel, ``b' = (b - mean) * k + beta``."""
+    g = graph.copy()
+    for bn in [n for n in g.nodes if n.op == "BatchNormalization"]:
+        x = bn.inputs[0]
+        conv = g.producer().get(x)
+        params = _bn_params(g, bn)
+        if conv is None or conv.op != "Conv" or params is None or conv.attrs.get("layout", "NCHW") != "NCHW":
+            continue
+        if x in g.outputs or len(g.consumers().get(x, [])) != 1 or conv.inputs[1] not in g.consts:
+            continue
+        bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if bias_name is not None and bias_name not in g.consts:
+            continue
+        k, shift = params
+        w = g.consts[conv.inputs[1]].astype(np.float64)
+        b = g.consts[bias_name].astype(np.float64) if bias_name else np.zeros(w.shape[0])
+        w_new = (w * k[:, None, None, None]).astype(np.float32)
+        b_new = (b * k + shift).astype(np.float32)
+        conv.inputs = [
+            conv.inputs[0],
+            _add_const(g, conv.inputs[1] + "_bn", w_new),
+            _add_const(g, conv.name + "_bias", b_new),
+        ]
+        conv.outputs = [bn.outputs[0]]
+        g.nodes.remove(bn)
+        del g.types[x]
+    return eliminate_dead_code(g)
+
+
+def lower_batch_norm(graph: Graph) -> Graph:
+    """Every remaining BatchNormalization becomes ``x * k + shift`` (per channel, axis 1)."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op != "BatchNormalization":
+            out.append(n)
+            continue
+        params = _bn_params(g, n)
+        if params is None:
+            raise GraphError(f"BatchNormalization node {n.name!r}: parameters must be constants")
+        k, shift = params
+        t = g.types[n.inputs[0]]
+        shape = (-1,) + (1,) * (len(t.shape) - 2)
+        kc = _add_const(g, n.name + "_scale", k.astype(np.float32).reshape(shape))
+        sc = _add_const(g, n.name + "_shift", shift.astype(np.float32).reshape(shape))
+        mid = _new_value(g, n.name + "_scaled", t)
+        out.append(Node("Mul", [n.inputs[0], kc], [mid], {}, n.name + "_mul"))
+        out.append(Node("Add", [mid, sc], [n.outputs[0]], {}, n.name + "_add"))
+    g.nodes = out
+    return eliminate_dead_code(g)
+
+
+# --- canonicalization -------------------------------------------------------------------------------
+def canonicalize_gemm(graph: Graph) -> Graph:
+    """Gemm -> MatMul with a [K, N] right operand (pre-transposed when constant), then an optional
+    Mul by alpha and an Add of beta * C."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op != "Gemm":
+            out.append(n)
+            continue
+        a, b = n.inputs[0], n.inputs[1]
+        c = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None
+        alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
+        y_t = g.types[n.outputs[0]]
+        if n.attrs.get("transB", 0):
+            if b in g.consts:
+                b = _add_const(g, b + "_T", g.consts[b].T)
+            else:
+                bt = _new_value(g, b + "_T", TensorType(g.types[b].shape[::-1], g.types[b].dtype))
+                out.append(Node("Transpose", [b], [bt], {"perm": [1, 0]}, n.name + "_transB"))
+                b = bt
+        steps: list[tuple[str, list[str]]] = [("MatMul", [a, b])]
+        if alpha != 1.0:
+            steps.append(("Mul", ["", _add_const(g, n.name + "_alpha", np.float32(alpha))]))
+        if c is not None:
+            if c in g.consts:
+                cc = _add_const(g, c + "_beta", (beta * g.consts[c]).astype(np.float32)) if beta != 1.0 else c
+            else:
+                cc = c
+                if beta != 1.0:
+                    cb = _new_value(g, c + "_beta", g.types[c])
+                    out.append(
+                        Node(
+                            "Mul",
+                            [c, _add_const(g, n.name + "_beta", np.float32(beta))],
+                            [cb],
+                            {},
+                            n.name + "_beta",
+                        )
+                    )
+                    cc = cb
+            steps.append(("Add", ["", cc]))
+        prev = ""
+        for i, (op, ins) in enumerate(steps):
+            last = i == len(steps) - 1
+            dst = n.outputs[0] if last else _new_value(g, f"{n.name}_{op.lower()}", y_t)
+            ins = [prev if x == "" else x for x in ins]
+            out.append(Node(op, ins, [dst], {}, n.name if i == 0 else f"{n.name}_{op.lower()}"))
+            prev = dst
+    g.nodes = out
+    return infer_types(eliminate_dead_code(g))
+
+
+def remove_identities(graph: Graph) -> Graph:
+    """Identity and inference Dropout nodes disappear (uses read their input)."""
+    g = graph.copy()
+    for n in [n for n in g.nodes if n.op in ("Identity", "Dropout")]:
+        _bypass(g, n)
+    return g
+
+
+def _close(v: float | None, target: float, tol: float = 1e-3) -> bool:
+    return v is not None and abs(v - target) <= tol * abs(target)
+
+
+def fuse_gelu(graph: Graph) -> Graph:
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` -- as exporters write it, in any association of the
+    products and with ``x * (1/sqrt 2)`` for the division -- becomes one Gelu node."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        for erf in [n for n in g.nodes if n.op == "Erf"]:
+            match = _match_gelu(g, erf)
+            if match is None:
+                continue
+            x, removed, out = match
+            last = max(g.nodes.index(r) for r in removed)
+            gelu = Node("Gelu", [x], [out], {}, g.fresh_name(erf.name + "_gelu"))
+            g.nodes.insert(last + 1, gelu)
+            for r in removed:
+                g.nodes.remove(r)
+            changed = True
+            break
+    return eliminate_dead_code(infer_types(g))
+
+
+def _match_gelu(g: Graph, erf: Node) -> tuple[str, list[Node], str] | None:
+    prod, cons = g.producer(), g.consumers()
+
+    def only(v: str) -> Node | None:
+        users = cons.get(v, [])
+        return users[0] if len(users) == 1 and v not in g.outputs else None
+
+    def other(n: Node, v: str) -> str | None:
+        if len(n.inputs) != 2 or v not in n.inputs:
+            return None
+        return n.inputs[1] if n.inputs[0] == v else n.inputs[0]
+
+    pre = prod.get(erf.inputs[0])
+    if pre is None or only(erf.inputs[0]) is not erf:
+        return None
+    if pre.op == "Div" and _close(scalar(g, pre.inputs[1]), math.sqrt(2.0)):
+        x = pre.inputs[0]
+    elif pre.op == "Mul":
+        x = next((v for v in pre.inputs if scalar(g, v) is None), None)
+        c = other(pre, x) if x else None
+        if x is None or c is None or not _close(scalar(g, c), 1.0 / math.sqrt(2.0)):
+            return None
+    else:
+        return None
+    add = only(erf.outputs[0])
+    if add is None or add.op != "Add" or not _close(scalar(g, other(add, erf.outputs[0]) or ""), 1.0):
+        return None
+    a = add.outputs[0]
+    m1 = only(a)
+    if m1 is None or m1.op != "Mul":
+        return None
+    o1 = other(m1, a)
+    if o1 is None:
+        return None
+    nodes = [pre, erf, add, m1]
+    if o1 == x:  # (x * a) * 0.5
+        m2 = only(m1.outputs[0])
+        if m2 is None or m2.op != "Mul" or not _close(scalar(g, other(m2, m1.outputs[0]) or ""), 0.5):
+            return None
+        return x, nodes + [m2], m2.outputs[0]
+    if _close(scalar(g, o1), 0.5):  # (a * 0.5) * x
+        m2 = only(m1.outputs[0])
+        if m2 is None or m2.op != "Mul" or other(m2, m1.outputs[0]) != x:
+            return None
+        return x, nodes + [m2], m2.outputs[0]
+    half = prod.get(o1)  # (x * 0.5) * a
+    if half is not None and half.op == "Mul" and only(o1) is m1 and other(half, x) is not None:
+        if _close(scalar(g, other(half, x) or ""), 0.5):
+            return x, nodes + [half], m1.outputs[0]
+    return None
+
+
+def simplify_transposes(graph: Graph) -> Graph:
+    """Transpose of a transpose -> one transpose; identity permutations disappear; a transpose
+    that moves only size-1 dims is a Reshape (no data movement)."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        prod, cons = g.producer(), g.consumers()
+        for n in g.nodes:
+            if n.op != "Transpose":
+                continue
+            x = n.inputs[0]
+            shape = g.types[x].shape
+            perm = transpose_perm(n, len(shape))
+            first = prod.get(x)
+            if first is not None and first.op == "Transpose" and cons.get(x) == [n] and x not in g.outputs:
+                p1 = transpose_perm(first, len(g.types[first.inputs[0]].shape))
+                n.inputs = [first.inputs[0]]
+                n.attrs = {"perm": [p1[p] for p in perm]}
+                g.nodes.remove(first)
+                del g.types[x]
+                changed = True
+                break
+            if perm == list(range(len(shape))):
+                if _bypass(g, n):
+                    changed = True
+                    break
+                continue
+            moved = [p for p in perm if shape[p] != 1]
+            if moved == sorted(moved):
+                out_shape = np.asarray([shape[p] for p in perm], dtype=np.int64)
+                spec = _add_const(g, n.name + "_shape", out_shape)
+                n.op, n.inputs, n.attrs = "Reshape", [x, spec], {}
+                changed = True
+                break
+    return eliminate_dead_code(infer_types(g))
+
+
+# --- layout -----------------------------------------------------------------------------------------
+TO_NHWC = [0, 2, 3, 1]
+TO_NCHW = [0, 3, 1, 2]
+_LAYOUT_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")
+
+
+def _permute(t: TensorType, perm: list[int]) -> TensorType:
+    return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
+
+
+def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
+    """Run convolutions and pools in NHWC (HWIO weights, transposed once at compile time); an
+    elementwise op whose 4-d operand is already NHWC stays NHWC; transposes are inserted where an
+    NHWC value meets an op that needs NCHW (and at graph outputs)."""
+    if layout == "NCHW":
+        return graph
+    if layout != "NHWC":
+        raise GraphError(f"unknown layout {layout!r} (NCHW or NHWC)")
+    if any(n.attrs.get("layout") == "NHWC" for n in graph.nodes):
+        return graph  # converted already
+    g = graph.copy()
+    nhwc: set[str] = set()
+    rename: dict[str, str] = {}  # graph output -> its NHWC internal value
+    to_nhwc: dict[str, str] = {}
+    to_nchw: dict[str, str] = {}
+    out: list[Node] = []
+
+    def as_nhwc(v: str) -> str:
+        if v in nhwc:
+            return v
+        if v in to_nhwc:
+            return to_nhwc[v]
+        if v in g.consts:
+            arr = g.consts[v]
+            if arr.size == 1:
+                return v
+            arr4 = arr.reshape((1,) * (4 - arr.ndim) + arr.shape)
+            to_nhwc[v] = _add_const(g, v + "_nhwc", arr4.transpose(TO_NHWC))
+            return to_nhwc[v]
+        t = _new_value(g, v + "_nhwc", _permute(g.types[v], TO_NHWC))
+        out.append(Node("Transpose", [v], [t], {"perm": TO_NHWC}, g.fresh_name(v + "_to_nhwc")))
+        to_nhwc[v] = t
+        return t
+
+    def as_nchw(v: str) -> str:
+        if v not in nhwc:
+            return v
+        if v not in to_nchw:
+            t = _new_value(g, v + "_nchw", _permute(g.types[v], TO_NCHW))
+            out.append(Node("Transpose", [v], [t], {"perm": TO_NCHW}, g.fresh_name(v + "_to_nchw")))
+            to_nchw[v] = t
+        return to_nchw[v]
+
+    def four_d(v: str) -> bool:
+        return len(g.types[v].shape) == 4
+
+    for n in g.nodes:
+        n.inputs = [rename.get(i, i) for i in n.inputs]
+        ins = [i for i in n.inputs if i]
+        if n.op in _LAYOUT_OPS and four_d(n.inputs[0]):
+            new_inputs = [as_nhwc(n.inputs[0])]
+            if n.op == "Conv":
+                w = n.inputs[1]
+                if w in g.consts:
+                    new_inputs.append(_add_const(g, w + "_hwio", g.consts[w].transpose(2, 3, 1, 0)))
+                else:
+                    wt = _new_value(g, w + "_hwio", _permute(g.types[w], [2, 3, 1, 0]))
+                    out.append(
+                        Node("Transpose", [w], [wt], {"perm": [2, 3, 1, 0]}, g.fresh_name(w + "_to_hwio"))
+                    )
+                    new_inputs.append(wt)
+                new_inputs += n.inputs[2:]
+            n.inputs = new_inputs
+            n.attrs = dict(n.attrs, layout="NHWC")
+        elif (
+            op_def(n.op).kind == ELEMWISE
+            and any(i in nhwc for i in ins)
+            and all(four_d(i) or (i in g.consts and g.consts[i].ndim <= 4) for i in ins)
+        ):
+            n.inputs = [as_nhwc(i) if i else i for i in n.inputs]
+        else:
+            n.inputs = [as_nchw(i) if i else i for i in n.inputs]
+            out.append(n)
+            continue
+        y = n.outputs[0]
+        if y in g.outputs:
+            internal = _new_value(g, y + "_nhwc", g.types[y])
+            rename[y] = internal
+            n.outputs = [internal]
+            y = internal
+        g.types[y] = _permute(g.types[y], TO_NHWC)
+        nhwc.add(y)
+        out.append(n)
+    for o, internal in rename.items():
+        out.append(Node("Transpose", [internal], [o], {"perm": TO_NCHW}, g.fresh_name(o + "_to_nchw")))
+        g.types[o] = _permute(g.types[internal], TO_NCHW)
+    g.nodes = out
+    return eliminate_dead_code(infer_types(g))
+
+
+# --- the pipeline -----------------------------------------------------------------------------------
+def optimize(graph: Graph, layout: str = "NHWC") -> Graph:
+    """The compiler's pass pipeline, in order."""
+    g = fold_constants(graph)
+    g = remove_identities(g)
+    g = canonicalize_gemm(g)
+    g = fuse_gelu(g)
+    g = fold_batch_norm(g)
+    g = lower_batch_norm(g)
+    g = convert_layout(g, layout)
+    g = simplify_transposes(g)
+    g = fold_constants(g)
+    for n in g.nodes:
+        if op_def(n.op).kind in (FOLD, REWRITE):
+            raise GraphError(f"{n.op} node {n.name!r} has non-constant inputs the compiler cannot handle")
+    return eliminate_dead_code(g)

@@ -1,0 +1,273 @@
+"""Compiled-module runtime. A module backend turns the chosen kernels of a model and its execution
+plan into something runnable; the CPU backend builds ONE shared library:
+
+- every kernel is its own translation unit (compiled in parallel, cached by content), linked with
+- one generated entry point ``void ENTRY(void** args)`` with ``args = {consts, arena, inputs...,
+  outputs...}`` that calls every kernel in order with pointers into the constant table, the arena
+  and the caller's arrays (no per-kernel Python), plus the timing harness on that entry point.
+
+Weights are bound once at load (a pointer table kept alive by the module); a call passes only the
+input and output arrays. A CUDA backend would render each kernel with ``build_cuda_program``, keep
+weights and the arena in device memory and launch the kernels from a host entry point; it is not
+implemented (no GPU on the development machine).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from autotune.measure import TIMER_SYMBOL, Builder, BuildOptions
+from autotune.measure.harness import harness_source
+from autotune.target import Target
+
+from .ir import Graph, GraphError
+from .memory import MemoryPlan, Storage
+from .tasks import KernelCall
+
+
+class ModuleBuildError(RuntimeError):
+    """The generated module did not compile or link."""
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One kernel of the module: its C function name and its source (a translation unit)."""
+
+    name: str
+    source: str
+
+
+class ModuleBackend:
+    """Builds the runnable form of a planned model on one kind of target."""
+
+    kind = ""
+
+    def build(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> Any:
+        raise NotImplementedError
+
+
+def _arg_expr(s: Storage, n_inputs: int) -> str:
+    if s.kind == "input":
+        return f"io[{s.index}]"
+    if s.kind == "output":
+        return f"io[{n_inputs + s.index}]"
+    if s.kind == "const":
+        return f"c[{s.index}]"
+    return f"(void*)(a + {s.index})"
+
+
+def entry_source(
+    entry: str,
+    calls: Sequence[KernelCall],
+    call_kernels: Sequence[str],
+    graph: Graph,
+    plan: MemoryPlan,
+    with_harness: bool = True,
+) -> str:
+    """C source of the entry point: one call per fused group, in order."""
+    from .memory import storage_of
+
+    lines = [f"void {k}(void** args);" for k in dict.fromkeys(call_kernels)]
+    lines += [
+        "",
+        f"/* {len(calls)} kernel calls; arena {plan.arena_bytes} bytes */",
+        f"void {entry}(void** args) {{",
+        "  void** c = (void**)args[0];",
+        "  char* a = (char*)args[1];",
+        "  void** io = args + 2;",
+        "  (void)c; (void)a; (void)io;",
+    ]
+    n_in = len(graph.inputs)
+    for call, kname in zip(calls, call_kernels):
+        ptrs = ", ".join(_arg_expr(storage_of(graph, plan, v), n_in) for v in call.args)
+        lines.append(f"  {{ void* p[{len(call.args)}] = {{{ptrs}}}; {kname}(p); }}")
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    return text + harness_source(entry) if with_harness else text
+
+
+class CpuModuleBackend(ModuleBackend):
+    """gcc: kernels -> objects (parallel, cached) -> one shared library with the entry point."""
+
+    kind = "cpu"
+
+    def __init__(
+        self,
+        target: Target,
+        workers: int | None = None,
+        cache_dir: Path | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.target = target
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.options = BuildOptions()
+        self.cache_dir = Path(cache_dir or Path.home() / ".cache" / "autotune" / "modules")
+        self.timeout_s = timeout_s
+        self._keyer = Builder(self.options, workers=1)
+
+    def _flags(self, compile_only: bool) -> list[str]:
+        flags = [f for f in self.options.flags if f != "-shared"]
+        return flags + (["-c"] if compile_only else ["-shared"])
+
+    def _run(self, cmd: list[str], cwd: str) -> None:
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ModuleBuildError(
+                f"compiler timed out after {self.timeout_s:g} s: {' '.join(cmd[:3])}"
+            ) from None
+        if proc.returncode != 0:
+            err = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+            raise ModuleBuildError(f"{' '.join(cmd[:2])} failed: {err}")
+
+    def _object(self, text: str) -> Path:
+        key = self._keyer.cache_key(text)
+        obj = self.cache_dir / "objects" / f"{key}.o"
+        if obj.is_file():
+            return obj
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=obj.parent, prefix=".tmp-") as tmp:
+            src = Path(tmp) / "unit.c"
+            src.write_text(text)
+            out = Path(tmp) / "unit.o"
+            self._run([self.options.compiler, *self._flags(True), "-o", str(out), str(src)], tmp)
+            os.replace(out, obj)
+        return obj
+
+    def build(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> str:
+        """Path of the built (or cached) shared library."""
+        units = [k.source for k in kernels] + [entry_source(entry, calls, call_kernels, graph, plan)]
+        with ThreadPoolExecutor(self.workers) as pool:
+            objects = list(pool.map(self._object, units))
+        digest = hashlib.sha256("\n".join(o.name for o in objects).encode()).hexdigest()[:32]
+        lib = self.cache_dir / f"{entry}_{digest}.so"
+        if not lib.is_file():
+            with tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=".tmp-") as tmp:
+                out = Path(tmp) / "module.so"
+                cmd = [self.options.compiler, *self._flags(False), "-o", str(out), *map(str, objects), "-lm"]
+                self._run(cmd, tmp)
+                os.replace(out, lib)
+        return str(lib)
+
+
+class CudaModuleBackend(ModuleBackend):
+    """Placeholder for a GPU module (kernels from build_cuda_program, device arena, host entry)."""
+
+    kind = "cuda"
+
+    def __init__(self, target: Target, **_: Any) -> None:
+        self.target = target
+
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("compiling whole models for CUDA is not implemented yet (CPU only)")
+
+
+def make_backend(target: Target, **kwargs: Any) -> ModuleBackend:
+    if target.kind == "cpu":
+        return CpuModuleBackend(target, **kwargs)
+    if target.kind == "cuda":
+        return CudaModuleBackend(target, **kwargs)
+    raise GraphError(f"no module backend for target {target.kind!r}")
+
+
+class CpuExecutable:
+    """A loaded module library: bound weights, the arena, and the entry point."""
+
+    def __init__(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> None:
+        self.lib_path = lib_path
+        self.graph = graph
+        self.plan = plan
+        self.lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        self.entry = getattr(self.lib, entry)
+        self.entry.argtypes = [ctypes.c_void_p]
+        self.entry.restype = None
+        self._timer = getattr(self.lib, TIMER_SYMBOL)
+        self._timer.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_double,
+            ctypes.POINTER(ctypes.c_double),
+        ]
+        self._timer.restype = ctypes.c_int
+        # weights bound once: contiguous float32 copies and a pointer table
+        self._consts = [np.ascontiguousarray(graph.consts[v]) for v in plan.consts]
+        self._const_table = (ctypes.c_void_p * max(1, len(self._consts)))(
+            *[a.ctypes.data for a in self._consts]
+        )
+        raw = np.zeros(plan.arena_bytes + 64, dtype=np.uint8)
+        shift = (-raw.ctypes.data) % 64
+        self._arena_raw = raw
+        self._arena = raw[shift : shift + plan.arena_bytes]
+        self._arena_ptr = raw.ctypes.data + shift
+
+    def _args(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Any:
+        ptrs = [ctypes.addressof(self._const_table), self._arena_ptr]
+        ptrs += [a.ctypes.data for a in inputs] + [o.ctypes.data for o in outputs]
+        return (ctypes.c_void_p * len(ptrs))(*ptrs)
+
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        self.entry(self._args(inputs, outputs))
+
+    def time(
+        self, inputs: list[np.ndarray], outputs: list[np.ndarray], repeat: int, min_repeat_ms: float
+    ) -> list[float]:
+        costs = (ctypes.c_double * repeat)()
+        self._timer(self._args(inputs, outputs), 1, repeat, float(min_repeat_ms), costs)
+        return list(costs)
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+    """The model's inputs as contiguous arrays in graph order (by name or by position)."""
+    names = graph.inputs
+    if isinstance(inputs, Mapping):
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ValueError(
+                f"missing input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} "
+                f"(the model takes {', '.join(names)})"
+            )
+        extra = [n for n in inputs if n not in names]
+        if extra:
+            raise ValueError(f"unknown input {extra[0]!r} (the model takes {', '.join(names)})")
+        values = [inputs[n] for n in names]
+    else:
+        values = list(inputs)
+        if len(values) != len(names):
+            raise ValueError(f"the model takes {len(names)} inputs ({', '.join(names)}), got {len(values)}")
+    arrays = []
+    for n, v in zip(names, values):
+        t = graph.types[n]
+        arr = np.asarray(v)
+        if arr.shape != t.shape:
+            raise ValueError(f"input {n!r}: expected shape {t.shape}, got {arr.shape}")
+        if arr.dtype.kind not in "fiu":
+            raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
+        arrays.append(np.ascontiguousarray(arr, dtype=np.dtype(t.dtype)))
+    return arrays

@@ -1,0 +1,101 @@
+"""Fused subgraphs as workloads, built from a JSON description so the records database can rebuild
+them (``autotune.te.workload_from_description``) without the model they came from.
+
+A description::
+
+    {"op": "graph_subgraph", "name": "conv2d_bias_add_relu",
+     "params": {"out": "1x56x56x64", ...},            # for labels only
+     "inputs": [{"shape": [1, 56, 56, 64], "dtype": "float32", "range": [-1, 1]}, ...],
+     "nodes": [{"op": "Conv", "attrs": {...}, "args": [["in", 0], ["in", 1], ["in", 2]]},
+               {"op": "Add", "attrs": {}, "args": [["node", 0], ["in", 3]]},
+               {"op": "Relu", "attrs": {}, "args": [["node", 1]]}]}
+
+An arg is ``["in", i]`` (a workload input), ``["node", j]`` (an earlier node's output),
+``["scalar", v]`` (a constant folded into the expression) or ``null`` (an omitted optional input).
+The last node's output is the workload's one output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autotune import te
+from autotune.te.registry import register_description
+from autotune.te.workload import Workload
+
+from . import te_ops
+from .ir import GraphError, Node
+from .ops import evaluate
+
+OP_NAME = "graph_subgraph"
+
+
+@dataclass(repr=False)
+class SubgraphWorkload(Workload):
+    """A Workload whose description is the subgraph itself."""
+
+    spec: dict = field(default_factory=dict)
+
+    def description(self) -> dict:
+        return self.spec
+
+    def __repr__(self) -> str:
+        return f"SubgraphWorkload({self.name}, {self.params}, key={self.key})"
+
+
+def _resolve(arg: Any, inputs: list, values: list) -> Any:
+    if arg is None:
+        return None
+    kind, v = arg
+    if kind == "in":
+        return inputs[int(v)]
+    if kind == "node":
+        return values[int(v)]
+    if kind == "scalar":
+        return float(v)
+    raise GraphError(f"bad subgraph argument {arg!r}")
+
+
+def reference(spec: dict, *arrays: np.ndarray) -> list[np.ndarray]:
+    """Evaluate a subgraph description with numpy (the dtype of ``arrays``)."""
+    values: list[np.ndarray] = []
+    dtype = arrays[0].dtype if arrays else np.float64
+    for j, nd in enumerate(spec["nodes"]):
+        args = []
+        for a in nd["args"]:
+            r = _resolve(a, list(arrays), values)
+            args.append(np.asarray(r, dtype=dtype) if isinstance(r, float) else r)
+        node = Node(nd["op"], [f"a{i}" for i in range(len(args))], [f"n{j}"], dict(nd["attrs"]), f"n{j}")
+        values.append(evaluate(node, args)[0])
+    return [values[-1]]
+
+
+def build_workload(spec: dict) -> SubgraphWorkload:
+    """The workload of a subgraph description (tensor names are canonical, so rebuilding gives the
+    same structural key)."""
+    if spec.get("op") != OP_NAME or not spec.get("nodes"):
+        raise GraphError(f"not a {OP_NAME} description")
+    inputs = [
+        te.placeholder(tuple(d["shape"]), d.get("dtype", "float32"), name=f"in{i}")
+        for i, d in enumerate(spec["inputs"])
+    ]
+    values: list[te.Tensor] = []
+    for j, nd in enumerate(spec["nodes"]):
+        args = [_resolve(a, inputs, values) for a in nd["args"]]
+        values.append(te_ops.build(nd["op"], nd["attrs"], args, f"{nd['op'].lower()}{j}"))
+    ranges = [tuple(d.get("range", (-1.0, 1.0))) for d in spec["inputs"]]
+    return SubgraphWorkload(
+        name=spec.get("name", "subgraph"),
+        inputs=inputs,
+        outputs=[values[-1]],
+        reference=lambda *arrays: reference(spec, *arrays),
+        params=dict(spec.get("params", {})),
+        input_ranges=ranges,
+        spec=spec,
+    )
+
+
+register_description(OP_NAME, build_workload)

@@ -1,0 +1,151 @@
+"""Task extraction: each fused group becomes a workload (a subgraph description rebuilt into te);
+structurally identical groups share one task whose weight is the number of occurrences."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from .fusion import Group
+from .ir import Graph, GraphError, Node
+from .ops import describe_attrs
+from .subgraph import OP_NAME, SubgraphWorkload, build_workload
+
+# operand positions that must stay positive in random tuning inputs (denominators, roots)
+_POSITIVE = {"Div": (1,), "Sqrt": (0,), "Reciprocal": (0,), "Pow": (0,)}
+
+_SHORT = {
+    "Conv": "conv2d",
+    "MatMul": "matmul",
+    "LayerNormalization": "layernorm",
+    "GlobalAveragePool": "global_avg_pool",
+    "MaxPool": "max_pool",
+    "AveragePool": "avg_pool",
+}
+
+
+@dataclass
+class Task:
+    """One workload to tune; ``weight`` = how many fused groups of the model compute it."""
+
+    workload: SubgraphWorkload
+    weight: int = 1
+    calls: list[int] = field(default_factory=list)  # indices of the KernelCalls using it
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    @property
+    def label(self) -> str:
+        params = ",".join(str(v) for v in self.workload.params.values())
+        return f"{self.workload.name}[{params}]"
+
+
+@dataclass
+class KernelCall:
+    """One fused group of the model: which task computes it, on which graph values."""
+
+    group: Group
+    task: int
+    args: list[str]  # graph values bound to the workload's inputs, then its output
+
+
+def _label(group: Group, g: Graph) -> str:
+    parts: list[str] = []
+    for n in group.nodes:
+        s = _SHORT.get(n.op, n.op.lower())
+        if n.op == "MatMul" and all(i not in g.consts for i in n.inputs):
+            s = "batch_matmul"
+        if n.op == "Conv" and len(n.inputs) > 2 and n.inputs[2]:
+            s += "_bias"
+        parts.append(s)
+    name = re.sub(r"[^0-9a-zA-Z_]", "_", "_".join(parts))
+    return name[:48].rstrip("_") or "subgraph"
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(str(s) for s in shape) or "1"
+
+
+def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
+    """The canonical description of a group and the graph values bound to its inputs.
+
+    Nodes are listed in depth-first post-order from the output and inputs numbered in first-visit
+    order, so identical subgraphs give identical descriptions wherever they sit in the model."""
+    producer = {o: n for n in group.nodes for o in n.outputs}
+    node_index: dict[int, int] = {}
+    nodes: list[dict] = []
+    inputs: list[str] = []
+    ranges: dict[str, tuple[float, float]] = {}
+
+    def arg(v: str, user: Node, pos: int) -> list | None:
+        if not v:
+            return None
+        if v in producer:
+            return ["node", visit(producer[v])]
+        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind == "f":
+            return ["scalar", float(g.consts[v].reshape(-1)[0])]
+        if v not in inputs:
+            inputs.append(v)
+        if pos in _POSITIVE.get(user.op, ()):
+            ranges[v] = (0.5, 1.5)
+        return ["in", inputs.index(v)]
+
+    def visit(n: Node) -> int:
+        if id(n) in node_index:
+            return node_index[id(n)]
+        args = [arg(v, n, p) for p, v in enumerate(n.inputs)]
+        while args and args[-1] is None:
+            args.pop()
+        nodes.append({"op": n.op, "attrs": describe_attrs(_kernel_attrs(n)), "args": args})
+        node_index[id(n)] = len(nodes) - 1
+        return node_index[id(n)]
+
+    visit(producer[group.output])
+    if len(nodes) != len(group.nodes):
+        raise GraphError(f"group {group} is not connected to its output")
+    params = {"out": _dims(g.types[group.output].shape)}
+    anchor = next((n for n in group.nodes if n.op in ("Conv", "MatMul")), None)
+    if anchor is not None:
+        params["a"] = _dims(g.types[anchor.inputs[0]].shape)
+        params["b"] = _dims(g.types[anchor.inputs[1]].shape)
+    spec = {
+        "op": OP_NAME,
+        "name": _label(group, g),
+        "params": params,
+        "inputs": [
+            {
+                "shape": list(g.types[v].shape),
+                "dtype": g.types[v].dtype,
+                "range": list(ranges.get(v, (-1.0, 1.0))),
+            }
+            for v in inputs
+        ],
+        "nodes": nodes,
+    }
+    return spec, inputs
+
+
+def _kernel_attrs(n: Node) -> dict:
+    """Attributes that shape the computation (names and doc strings dropped)."""
+    return {k: v for k, v in n.attrs.items() if k not in ("name", "doc_string")}
+
+
+def extract_tasks(groups: list[Group], g: Graph) -> tuple[list[Task], list[KernelCall]]:
+    """Tasks (deduplicated by description, so by structural key) and one call per group, in order."""
+    tasks: list[Task] = []
+    by_spec: dict[str, int] = {}
+    calls: list[KernelCall] = []
+    for grp in groups:
+        spec, inputs = group_spec(grp, g)
+        blob = json.dumps(spec, sort_keys=True)
+        if blob not in by_spec:
+            by_spec[blob] = len(tasks)
+            tasks.append(Task(build_workload(spec), 0))
+        t = by_spec[blob]
+        tasks[t].weight += 1
+        tasks[t].calls.append(len(calls))
+        calls.append(KernelCall(grp, t, inputs + [grp.output]))
+    return tasks, calls

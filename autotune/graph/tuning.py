@@ -1,0 +1,200 @@
+"""Tune every task of a model under one trial budget with the gradient task scheduler; every
+measurement goes to the records database like single-op tuning (so runs resume and the compiler
+finds the results)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from records import TuningDatabase
+from schedules import make_space
+
+from ..search import TuneOptions, make_tuner
+from ..search.context import TuneContext
+from ..search.measure_batch import Trial, WorkloadMeasurer
+from ..search.tune import TuneSummary, _record, register, summarize
+from ..target import Target
+from .compiler import Prepared
+from .scheduler import GradientScheduler
+from .tasks import Task
+
+
+@dataclass
+class ModelTask:
+    """A task of the tuning run (deduplicated across layouts) and how it went."""
+
+    task: Task
+    weight: int
+    summary: TuneSummary | None = None
+    new_trials: int = 0
+    rounds: int = 0
+
+
+@dataclass
+class ModelTuneSummary:
+    model: str
+    layouts: list[str]
+    target_key: str
+    budget: int
+    trials: int
+    new_trials: int
+    elapsed_s: float
+    estimated_s: float
+    tasks: list[ModelTask] = field(default_factory=list)
+    rounds: int = 0
+
+    def task_json(self, mt: ModelTask) -> dict:
+        base = (
+            mt.summary.to_json() if mt.summary else {"workload": mt.task.label, "workload_key": mt.task.key}
+        )
+        best = base.get("best_s")
+        base.update(
+            weight=mt.weight,
+            new_trials=mt.new_trials,
+            rounds=mt.rounds,
+            flops=mt.task.workload.flops,
+            weighted_s=None if best is None else best * mt.weight,
+        )
+        return base
+
+    def to_json(self) -> dict:
+        rows = [self.task_json(t) for t in self.tasks]
+        return {
+            "model": self.model,
+            "layout": self.layouts[0] if len(self.layouts) == 1 else "auto",
+            "workload": [r["workload"] for r in rows],
+            "trials": self.trials,
+            "budget": self.budget,
+            "new_trials": self.new_trials,
+            "valid": sum(r.get("valid", 0) for r in rows),
+            "errors": sum(r.get("errors", 0) for r in rows),
+            "best_gflops": {r["workload"]: r.get("best_gflops", 0.0) for r in rows},
+            "best_config": {r["workload"]: r.get("best_config") for r in rows},
+            "estimated_latency_s": None if math.isinf(self.estimated_s) else self.estimated_s,
+            "rounds": self.rounds,
+            "elapsed_s": round(self.elapsed_s, 2),
+            "tasks": rows,
+        }
+
+
+def model_tasks(prepared: Sequence[Prepared]) -> list[ModelTask]:
+    """Tasks of one or more preparations (layouts) of a model, one per workload key."""
+    out: dict[str, ModelTask] = {}
+    for p in prepared:
+        for t in p.tasks:
+            if t.key in out:
+                out[t.key].weight = max(out[t.key].weight, t.weight)
+            else:
+                out[t.key] = ModelTask(t, t.weight)
+    return list(out.values())
+
+
+class _TaskSession:
+    """One task's search, kept across rounds: its space, tuner (model-guided tuners keep learning)
+    and measurer (inputs and reference computed once)."""
+
+    def __init__(
+        self,
+        mt: ModelTask,
+        target: Target,
+        db: TuningDatabase,
+        options: TuneOptions,
+        builder: Any,
+        runner: Any,
+    ) -> None:
+        wl = mt.task.workload
+        self.wl, self.target, self.db, self.options = wl, target, db, options
+        register(db, wl, target)
+        self.space = make_space(wl, target)
+        done = db.measured_config_keys(wl.key, target.key)
+        context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)
+        self.tuner = make_tuner(options.strategy, self.space, options.seed, done, context=context)
+        self.measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
+
+    def run(self, n: int) -> int:
+        """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted)."""
+        configs = self.tuner.next_batch(n)
+        if not configs:
+            return 0
+        trials: list[Trial] = []
+        for trial in self.measurer.measure(configs, [self.space.steps(c) for c in configs]):
+            self.db.add_measurement(
+                _record(self.wl, self.target, trial, self.options.strategy, self.space.version)
+            )
+            trials.append(trial)
+        self.tuner.update([t.config for t in trials], [t.mean_s for t in trials])
+        return len(trials)
+
+
+def tune_model(
+    prepared: Sequence[Prepared],
+    target: Target,
+    db: TuningDatabase,
+    trials: int,
+    options: TuneOptions,
+    builder: Any,
+    runner: Any,
+    log: Callable[[str], None] = print,
+) -> ModelTuneSummary:
+    """Tune the tasks of ``prepared`` until the DB holds ``trials`` measurements for them in all
+    (so a rerun tops up, like ``--trials`` for one op), one batch at a time where the scheduler
+    expects the model's latency to drop most."""
+    start = time.perf_counter()
+    tasks = model_tasks(prepared)
+    sched = GradientScheduler([t.weight for t in tasks], options.batch_size, seed=options.seed)
+    for i, mt in enumerate(tasks):
+        n = db.count(workload_key=mt.task.key, target_key=target.key)
+        if n:
+            best = db.best(mt.task.key, target.key)
+            sched.observe(i, n, best.mean_s if best else math.inf)
+    existing = sum(t.trials for t in sched.tasks)
+    budget = max(0, trials - existing)
+    log(
+        f"{prepared[0].graph.name}: {len(tasks)} tasks, {existing} trials in the DB, "
+        f"{budget} to spend (batches of {options.batch_size})"
+    )
+    sessions: dict[int, _TaskSession] = {}
+    spent = rounds = 0
+    while spent < budget:
+        i = sched.next_task()
+        if i is None:
+            break
+        mt, st = tasks[i], sched.tasks[i]
+        want = min(options.batch_size, budget - spent)
+        if i not in sessions:
+            sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
+        new = sessions[i].run(want)
+        mt.new_trials += new
+        mt.rounds += 1
+        spent += new
+        rounds += 1
+        best = db.best(mt.task.key, target.key)
+        sched.finished_round(i)
+        sched.observe(i, st.trials + new, best.mean_s if best else math.inf, exhausted=new < want)
+        gflops = mt.task.workload.flops / best.mean_s / 1e9 if best else 0.0
+        log(
+            f"[{spent}/{budget}] {mt.task.label} x{mt.weight}: {st.trials} trials, best "
+            f"{_ms(st.best_s)} ({gflops:.1f} GFLOP/s); model estimate {_ms(sched.estimated_latency())}"
+        )
+    elapsed = time.perf_counter() - start
+    for mt in tasks:
+        mt.summary = summarize(db, mt.task.workload, target, mt.new_trials, 0, elapsed)
+    return ModelTuneSummary(
+        model=prepared[0].graph.name,
+        layouts=[p.layout for p in prepared],
+        target_key=target.key,
+        budget=trials,
+        trials=sum(mt.summary.trials for mt in tasks if mt.summary),
+        new_trials=spent,
+        elapsed_s=elapsed,
+        estimated_s=sched.estimated_latency(),
+        tasks=tasks,
+        rounds=rounds,
+    )
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isinf(seconds) else f"{seconds * 1e3:.3f} ms"

@@ -1,0 +1,189 @@
+"""End to end: compiled zoo models (reduced sizes) match onnxruntime; the module is one library
+with one entry point; tune --model / compile.py / bench.py --model, and their bad-input errors."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+
+from autotune.graph import compile_model, zoo  # noqa: E402
+
+MLP = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8"
+RESNET = "zoo:resnet18?image=32,width=8"
+BERT = "zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("modules"))
+
+
+def onnxruntime_outputs(spec: str, feeds: dict) -> list[np.ndarray]:
+    sess = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize(
+    "spec,layout",
+    [(MLP, "NHWC"), (RESNET, "NHWC"), (RESNET, "NCHW"), (BERT, "NHWC")],
+    ids=["mlp", "resnet-nhwc", "resnet-nchw", "bert"],
+)
+def test_compiled_zoo_models_match_onnxruntime(spec: str, layout: str, cache: str) -> None:
+    module = compile_model(spec, layout=layout, cache_dir=cache, verbose=False)
+    feeds = module.random_inputs(np.random.default_rng(3))
+    ours = module.run(feeds)
+    ref = onnxruntime_outputs(spec, feeds)
+    for o, r in zip(ours, ref):
+        assert o.shape == r.shape
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+    assert module.summary.tuned_calls == 0 and len(module.summary.fallback) == module.summary.tasks
+
+
+def test_one_library_one_entry_point_and_the_run_api(cache: str) -> None:
+    module = compile_model(BERT, cache_dir=cache, verbose=False)
+    lib = ctypes.CDLL(module.lib_path)
+    kernels = [c.program.kernel_name for c in module.choices]
+    for name in set(kernels) | {module.executable.entry.__name__, "autotune_time"}:
+        assert hasattr(lib, name), name
+    entry = module.entry_source
+    positions = [entry.index(f"{kernels[call.task]}(p)") for call in module.prepared.calls[:1]]
+    assert positions and entry.count("(p); }") == len(module.prepared.calls)
+    feeds = module.random_inputs()
+    by_name = module.run(feeds)
+    by_position = module.run([feeds[n] for n in module.input_names])
+    np.testing.assert_array_equal(by_name[0], by_position[0])
+    with pytest.raises(ValueError, match="missing input 'mask'"):
+        module.run({"hidden": feeds["hidden"]})
+    with pytest.raises(ValueError, match="expected shape"):
+        module.run({"hidden": feeds["hidden"][:, :3], "mask": feeds["mask"]})
+    assert module.summary.arena_bytes < module.summary.naive_bytes
+    assert min(module.time(feeds, repeat=1, min_repeat_ms=0)) > 0
+
+
+def test_outputs_that_are_inputs_or_aliases_are_copied(cache: str) -> None:
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [4, 2])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Reshape", ["r", "shape"], ["r2"]),
+        helper.make_node("Identity", ["x"], ["xi"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "aliases",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+            for n, s in (("r", [2, 4]), ("r2", [4, 2]), ("xi", [2, 4]))
+        ],
+        initializer=[shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    module = compile_model(model, cache_dir=cache, verbose=False)
+    x = np.arange(-4, 4, dtype=np.float32).reshape(2, 4)
+    r, r2, xi = module.run({"x": x})
+    np.testing.assert_array_equal(r, np.maximum(x, 0))
+    np.testing.assert_array_equal(r2, np.maximum(x, 0).reshape(4, 2))
+    np.testing.assert_array_equal(xi, x)
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_tune_compile_bench_cli_on_a_small_mlp(tmp_path, capsys) -> None:  # noqa: ANN001
+    from autotune.cli import bench, compile as compile_cli, tune
+
+    db = str(tmp_path / "t.db")
+    base = ["--model", MLP, "--db", db, "--batch-size", "2", "--json", "--no-progress"]
+    assert tune.main(base + ["--trials", "8"]) == 0
+    first = _last_json(capsys.readouterr().out)
+    assert first["model"] == "mlp" and first["trials"] == 8 and first["new_trials"] == 8
+    tasks = first["tasks"]
+    assert len(tasks) == 4 and all(t["trials"] >= 1 and t["weight"] == 1 for t in tasks)  # warm-up: every task
+    assert sum(t["trials"] for t in tasks) == 8
+    assert tune.main(base + ["--trials", "10"]) == 0  # resumes: tops up to 10
+    again = _last_json(capsys.readouterr().out)
+    assert again["trials"] == 10 and again["new_trials"] == 2
+
+    assert (
+        compile_cli.main(["--model", MLP, "--db", db, "--check", "--json", "-o", str(tmp_path / "m.so")]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "4/4 fused subgraphs use tuned schedules" in out
+    summary = _last_json(out)
+    assert summary["ok"] and summary["tuned_subgraphs"] == 4 and os.path.isfile(summary["library"])
+
+    assert bench.main(["--model", MLP, "--db", db, "--json", "--repeat", "1", "--min-repeat-ms", "1"]) == 0
+    result = _last_json(capsys.readouterr().out)
+    for key in (
+        "model",
+        "target",
+        "latency_s",
+        "baseline",
+        "baseline_latency_s",
+        "speedup",
+        "tuned_subgraphs",
+        "fallback_subgraphs",
+        "peak_arena_bytes",
+        "max_abs_err",
+    ):
+        assert key in result, key
+    assert (
+        result["baseline"] == "onnxruntime"
+        and result["max_abs_err"] < 1e-4
+        and result["fallback_subgraphs"] == 0
+    )
+
+
+def _bad_models(tmp_path) -> dict[str, str]:  # noqa: ANN001
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x08\x07garbage" * 50)
+    dyn = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "dyn",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    missing = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["x", "b"], ["y"], name="add_b")],
+            "missing",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    paths = {"not an ONNX model": str(junk)}
+    for name, m in (("dynamic dims", dyn), ("missing input", missing)):
+        m.ir_version = 8
+        path = tmp_path / f"{name.replace(' ', '_')}.onnx"
+        onnx.save(m, str(path))
+        paths[name] = str(path)
+    return paths
+
+
+@pytest.mark.parametrize("tool", ["tune", "compile", "bench"])
+def test_bad_models_give_one_line_and_exit_2_without_touching_the_db(tool: str, tmp_path, capsys) -> None:  # noqa: ANN001
+    from autotune.cli import bench, compile as compile_cli, tune
+
+    main = {"tune": tune.main, "compile": compile_cli.main, "bench": bench.main}[tool]
+    db = tmp_path / "never.db"
+    for expected, path in _bad_models(tmp_path).items():
+        with pytest.raises(SystemExit) as info:
+            main(["--model", path, "--db", str(db)])
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and expected in err, err
+        assert not db.exists()

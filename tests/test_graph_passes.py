@@ -1,0 +1,179 @@
+"""Graph passes, each on its own: the rewrite happens and the numpy interpreter gives the same
+outputs before and after."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+from autotune.graph import passes, zoo  # noqa: E402
+from autotune.graph.frontend import from_onnx  # noqa: E402
+from autotune.graph.interpreter import run_graph  # noqa: E402
+from autotune.graph.ir import Graph, Node, TensorType  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def graph(nodes: list[Node], inputs: dict[str, tuple], outputs: list[str], consts: dict) -> Graph:
+    types = {k: TensorType(tuple(s)) for k, s in inputs.items()}
+    consts = {k: np.asarray(v) for k, v in consts.items()}
+    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
+    return passes.infer_types(Graph("t", list(inputs), outputs, nodes, types, consts))
+
+
+def same_outputs(a: Graph, b: Graph, rtol: float = 1e-5) -> None:
+    feeds = {i: f32(*a.types[i].shape) for i in a.inputs}
+    for x, y in zip(run_graph(a, feeds), run_graph(b, feeds)):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(1.0, float(np.abs(x).max())))
+
+
+def ops(g: Graph) -> list[str]:
+    return [n.op for n in g.nodes]
+
+
+def test_fold_constants_and_dead_code() -> None:
+    g = graph(
+        [
+            Node("Mul", ["c1", "c2"], ["c3"], name="m"),
+            Node("Add", ["x", "c3"], ["y"], name="a"),
+            Node("Relu", ["x"], ["dead"], name="r"),
+        ],
+        {"x": (4,)},
+        ["y"],
+        {"c1": np.float32(2.0), "c2": np.ones(4, np.float32)},
+    )
+    folded = passes.fold_constants(g)
+    assert ops(folded) == ["Add"] and "c3" in folded.consts and "dead" not in folded.types
+    same_outputs(g, folded)
+    assert ops(passes.eliminate_dead_code(g)) == ["Mul", "Add"]
+
+
+def test_batch_norm_folds_into_the_conv() -> None:
+    c = 4
+    bn = [np.float32(1.0) + f32(c) ** 2, f32(c), f32(c), np.float32(0.5) + f32(c) ** 2]
+    g = graph(
+        [
+            Node("Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "conv"),
+            Node("BatchNormalization", ["y", "s", "b", "m", "v"], ["z"], {"epsilon": 1e-5}, "bn"),
+            Node("Relu", ["z"], ["out"], name="relu"),
+        ],
+        {"x": (1, 3, 6, 6)},
+        ["out"],
+        {"w": f32(c, 3, 3, 3), "s": bn[0], "b": bn[1], "m": bn[2], "v": bn[3]},
+    )
+    folded = passes.fold_batch_norm(g)
+    assert ops(folded) == ["Conv", "Relu"] and len(folded.nodes[0].inputs) == 3
+    same_outputs(g, folded)
+
+
+def test_batch_norm_without_a_conv_becomes_mul_add() -> None:
+    g = graph(
+        [Node("BatchNormalization", ["x", "s", "b", "m", "v"], ["z"], {}, "bn")],
+        {"x": (2, 3, 4, 4)},
+        ["z"],
+        {"s": f32(3), "b": f32(3), "m": f32(3), "v": np.ones(3, np.float32)},
+    )
+    assert ops(passes.fold_batch_norm(g)) == ["BatchNormalization"]
+    lowered = passes.lower_batch_norm(g)
+    assert ops(lowered) == ["Mul", "Add"]
+    same_outputs(g, lowered)
+
+
+def test_gemm_becomes_matmul_with_pretransposed_weights() -> None:
+    g = graph(
+        [Node("Gemm", ["x", "w", "c"], ["y"], {"transB": 1, "alpha": 0.5, "beta": 2.0}, "gemm")],
+        {"x": (3, 5)},
+        ["y"],
+        {"w": f32(4, 5), "c": f32(4)},
+    )
+    canon = passes.canonicalize_gemm(g)
+    assert ops(canon) == ["MatMul", "Mul", "Add"]
+    assert canon.consts[canon.nodes[0].inputs[1]].shape == (5, 4)
+    same_outputs(g, canon)
+
+
+@pytest.mark.parametrize("form", ["x*a*0.5", "a*0.5*x", "(x*0.5)*a", "mul_inv_sqrt2"])
+def test_erf_gelu_patterns_become_one_gelu(form: str) -> None:
+    consts = {
+        "s2": np.float32(math.sqrt(2.0)),
+        "r2": np.float32(1 / math.sqrt(2.0)),
+        "one": np.float32(1.0),
+        "half": np.float32(0.5),
+    }
+    pre = (
+        Node("Mul", ["x", "r2"], ["u"], name="pre")
+        if form == "mul_inv_sqrt2"
+        else Node("Div", ["x", "s2"], ["u"])
+    )
+    nodes = [pre, Node("Erf", ["u"], ["e"], name="erf"), Node("Add", ["one", "e"], ["a"], name="add")]
+    if form == "a*0.5*x":
+        nodes += [Node("Mul", ["a", "half"], ["h"]), Node("Mul", ["x", "h"], ["y"])]
+    elif form == "(x*0.5)*a":
+        nodes += [Node("Mul", ["x", "half"], ["h"]), Node("Mul", ["h", "a"], ["y"])]
+    else:
+        nodes += [Node("Mul", ["x", "a"], ["m"]), Node("Mul", ["m", "half"], ["y"])]
+    nodes.append(Node("Relu", ["y"], ["out"]))
+    g = graph(nodes, {"x": (2, 8)}, ["out"], consts)
+    fused = passes.fuse_gelu(g)
+    assert ops(fused) == ["Gelu", "Relu"]
+    same_outputs(g, fused)
+
+
+def test_gelu_pattern_with_a_shared_intermediate_is_left_alone() -> None:
+    consts = {"s2": np.float32(math.sqrt(2.0)), "one": np.float32(1.0), "half": np.float32(0.5)}
+    nodes = [
+        Node("Div", ["x", "s2"], ["u"]),
+        Node("Erf", ["u"], ["e"]),
+        Node("Add", ["e", "one"], ["a"]),
+        Node("Mul", ["x", "a"], ["m"]),
+        Node("Mul", ["m", "half"], ["y"]),
+        Node("Add", ["y", "e"], ["out"]),
+    ]
+    g = graph(nodes, {"x": (4,)}, ["out"], consts)
+    assert "Gelu" not in ops(passes.fuse_gelu(g))
+
+
+def test_transposes_compose_cancel_and_become_reshapes() -> None:
+    g = graph(
+        [
+            Node("Transpose", ["x"], ["t1"], {"perm": [0, 2, 3, 1]}),
+            Node("Transpose", ["t1"], ["t2"], {"perm": [0, 3, 1, 2]}),
+            Node("Relu", ["t2"], ["r"]),
+            Node("Transpose", ["r"], ["t3"], {"perm": [0, 2, 1, 3]}),
+        ],
+        {"x": (2, 3, 1, 5)},
+        ["t3"],
+        {},
+    )
+    simple = passes.simplify_transposes(g)
+    assert ops(simple) == ["Relu", "Reshape"]
+    same_outputs(g, simple)
+
+
+def test_nhwc_layout_keeps_results_and_leaves_few_transposes() -> None:
+    g = passes.fold_batch_norm(
+        passes.canonicalize_gemm(from_onnx(zoo.make_model("zoo:resnet18?image=32,width=8")))
+    )
+    nhwc = passes.simplify_transposes(passes.convert_layout(g, "NHWC"))
+    convs = [n for n in nhwc.nodes if n.op == "Conv"]
+    assert convs and all(n.attrs.get("layout") == "NHWC" for n in convs)
+    assert sum(n.op == "Transpose" for n in nhwc.nodes) == 1  # the input; the pooled output became a Reshape
+    assert nhwc.types[convs[0].inputs[1]].shape == (7, 7, 3, 8)  # HWIO weights, transposed at compile time
+    same_outputs(g, nhwc, rtol=1e-4)
+    assert passes.convert_layout(g, "NCHW") is g
+
+
+def test_optimize_pipeline_on_bert_keeps_outputs() -> None:
+    g = from_onnx(zoo.make_model("zoo:bert_layer?seq=8,hidden=32,heads=2,ffn=64"))
+    opt = passes.optimize(g)
+    counts = opt.op_counts()
+    assert counts["Gelu"] == 1 and "Erf" not in counts and counts["MatMul"] == 8
+    same_outputs(g, opt, rtol=1e-4)
