@@ -16,7 +16,6 @@ from autotune.graph.ir import Graph, Node, TensorType  # noqa: E402
 from autotune.graph.memory import place, plan_memory  # noqa: E402
 from autotune.graph.passes import infer_types  # noqa: E402
 from autotune.graph.scheduler import GradientScheduler  # noqa: E402
-from autotune.graph.tasks import extract_tasks  # noqa: E402
 from autotune.te import workload_from_description  # noqa: E402
 from autotune.te.evaluate import evaluate_workload  # noqa: E402
 
@@ -179,3 +178,22 @@ def test_scheduler_tries_failing_tasks_a_few_times_only() -> None:
     s.finished_round(1)
     s.observe(1, 2, 1e-3)
     assert s.active() == [1] and s.next_task() == 1
+
+
+def test_layout_choice_follows_the_estimated_latency(tmp_path) -> None:  # noqa: ANN001
+    from autotune.graph.compiler import choose_layout, estimated_latency
+    from autotune.search.tune import register
+    from autotune.target import cpu_target
+    from records import MeasurementRecord, TuningDatabase
+
+    target = cpu_target()
+    nhwc, nchw = prepare(SMALL_RESNET, "NHWC"), prepare(SMALL_RESNET, "NCHW")
+    with TuningDatabase(tmp_path / "t.db") as db:
+        assert choose_layout(SMALL_RESNET, target, db).layout == "NHWC"  # nothing tuned: the default
+        for p, cost in ((nchw, 1e-4), (nhwc, 1e-3)):
+            for t in p.tasks:
+                register(db, t.workload, target)
+                rec = MeasurementRecord(t.key, target.key, {"x": 1}, [], (cost,), None, verified=True)
+                db.add_measurement(rec)
+        assert estimated_latency(nchw.tasks, target, db) < estimated_latency(nhwc.tasks, target, db)
+        assert choose_layout(SMALL_RESNET, target, db).layout == "NCHW"

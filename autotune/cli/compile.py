@@ -23,10 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
         "one entry point. Exit status 2 on bad input, 1 if --check finds wrong outputs.",
     )
     add_model_args(p, required=True)
-    p.add_argument("--target", default="cpu", help=f"where the model runs: {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--target", default="cpu", help=f"where it runs: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
     p.add_argument("-o", "--output", help="copy the built shared library here")
-    p.add_argument("--check", action="store_true", help="run once on random inputs and compare with onnxruntime")
+    p.add_argument("--check", action="store_true", help="run once on random inputs, compare with onnxruntime")
     p.add_argument("--show-entry", action="store_true", help="print the generated C entry point")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     return p

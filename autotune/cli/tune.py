@@ -17,6 +17,10 @@ DEFAULT_WORKLOADS = [
     ("conv2d", "1,32,28,28,32,3,3,1,1"),
 ]
 DEFAULT_TRIALS = 24
+# With no arguments at all: the embedded default model (autotune.graph.zoo: a 3-layer MLP, 4 tasks),
+# tuned under one budget; about a minute or two on two cores.
+DEFAULT_MODEL = "zoo:mlp"
+DEFAULT_MODEL_TRIALS = 160
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tune.py",
         description="Tune tensor workloads by measuring generated kernels; results go to a SQLite DB. "
         "With --model, tunes every fused subgraph of an ONNX model under one --trials budget. "
-        "Without --op or --model, tunes the embedded default set: "
+        f"With no arguments, tunes the embedded default model ({DEFAULT_MODEL}, "
+        f"{DEFAULT_MODEL_TRIALS} trials); "
+        "--default-ops tunes the embedded op set instead: "
         + "; ".join(f"{o} {s}" for o, s in DEFAULT_WORKLOADS),
     )
+    p.add_argument("--default-ops", action="store_true", help="tune the embedded op set (see above)")
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
@@ -56,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.model is None and args.op is None and args.shape is None and not args.default_ops:
+        args.model = DEFAULT_MODEL
+        if args.trials is None:
+            args.trials = DEFAULT_MODEL_TRIALS
     try:
         if args.model is not None:
             from ..graph.cli import run_model_tuning

@@ -116,7 +116,12 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     print(prepared[0].describe(), flush=True)
     db = open_db(args.db)
     options = TuneOptions(
-        trials=trials, strategy=args.strategy, seed=args.seed, batch_size=args.batch_size, progress=False
+        trials=trials,
+        strategy=args.strategy,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        progress=False,
+        time_budget_s=getattr(args, "time_budget", None),
     )
     builder, runner = measure_tools(target)
     try:
@@ -191,11 +196,15 @@ def run_model_bench(args: argparse.Namespace) -> int:
     ours = module.run(feeds)
     ref = session.run(None, feeds)
     err, rel = compare(ours, ref)
-    ours_s = statistics.median(time_callable(module.run, [feeds], args.repeat, args.min_repeat_ms))
-    ours_c = statistics.median(module.time(feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms))
-    ort_s = statistics.median(
-        time_callable(lambda f: session.run(None, f), [feeds], args.repeat, args.min_repeat_ms)
-    )
+    # repeats interleaved (ours, onnxruntime, ours, ...) so a change in machine load hits both sides
+    ours_t: list[float] = []
+    ort_t: list[float] = []
+    ours_c_t: list[float] = []
+    for _ in range(args.repeat):
+        ours_t += time_callable(module.run, [feeds], 1, args.min_repeat_ms)
+        ort_t += time_callable(lambda f: session.run(None, f), [feeds], 1, args.min_repeat_ms)
+        ours_c_t += module.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
+    ours_s, ort_s, ours_c = (statistics.median(t) for t in (ours_t, ort_t, ours_c_t))
     ok = rel <= 1e-3
     print(
         f"{model.graph.name}: ours {ours_s * 1e3:.3f} ms, onnxruntime {ort_s * 1e3:.3f} ms, "

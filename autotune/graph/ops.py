@@ -178,7 +178,7 @@ class _Gelu:
 
 
 # --- anchors ------------------------------------------------------------------------------------
-def conv_params(node: Node, kh: int, kw: int, ndim: int = 4) -> dict[str, int]:
+def conv_params(node: Node) -> dict[str, int]:
     """Stride, pad, dilation, groups of a 2-D Conv/pool node (symmetric, square only)."""
     a = node.attrs
     strides = list(a.get("strides", [1, 1]))
@@ -229,7 +229,7 @@ class _Conv:
         else:
             n, c, h, wd = x.shape
             f, cg, kh, kw = w.shape
-        p = conv_params(node, kh, kw)
+        p = conv_params(node)
         if c != cg * p["groups"] or f % p["groups"]:
             raise GraphError(
                 f"Conv node {node.name!r}: input {x.shape}, weight {w.shape}, group {p['groups']}"
@@ -248,8 +248,7 @@ class _Conv:
 
         x, w = xs[0], xs[1]
         nhwc = node.attrs.get("layout", "NCHW") == "NHWC"
-        kh, kw = (w.shape[0], w.shape[1]) if nhwc else (w.shape[2], w.shape[3])
-        p = conv_params(node, kh, kw)
+        p = conv_params(node)
         fn = im2col_conv2d_nhwc if nhwc else im2col_conv2d_nchw
         y = fn(x, w, p["stride"], p["pad"], p["dilation"], p["groups"])
         if len(xs) > 2 and xs[2] is not None:

@@ -85,7 +85,7 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
             return None
         if v in producer:
             return ["node", visit(producer[v])]
-        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind == "f":
+        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiu":
             return ["scalar", float(g.consts[v].reshape(-1)[0])]
         if v not in inputs:
             inputs.append(v)
@@ -106,11 +106,13 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
     visit(producer[group.output])
     if len(nodes) != len(group.nodes):
         raise GraphError(f"group {group} is not connected to its output")
-    params = {"out": _dims(g.types[group.output].shape)}
+    # keys in sorted order: the records DB stores descriptions with sorted keys, labels stay the same
+    params = {}
     anchor = next((n for n in group.nodes if n.op in ("Conv", "MatMul")), None)
     if anchor is not None:
         params["a"] = _dims(g.types[anchor.inputs[0]].shape)
         params["b"] = _dims(g.types[anchor.inputs[1]].shape)
+    params["out"] = _dims(g.types[group.output].shape)
     spec = {
         "op": OP_NAME,
         "name": _label(group, g),

@@ -111,7 +111,9 @@ class _TaskSession:
         self.space = make_space(wl, target)
         done = db.measured_config_keys(wl.key, target.key)
         context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)
-        self.tuner = make_tuner(options.strategy, self.space, options.seed, done, context=context)
+        # a space without knobs (one config: a softmax, a pool) needs no model to search it
+        self.strategy = options.strategy if self.space.knobs else "random"
+        self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)
         self.measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
 
     def run(self, n: int) -> int:
@@ -159,6 +161,9 @@ def tune_model(
     sessions: dict[int, _TaskSession] = {}
     spent = rounds = 0
     while spent < budget:
+        if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
+            log(f"time budget of {options.time_budget_s:g} s used up")
+            break
         i = sched.next_task()
         if i is None:
             break
@@ -166,7 +171,16 @@ def tune_model(
         want = min(options.batch_size, budget - spent)
         if i not in sessions:
             sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
-        new = sessions[i].run(want)
+        try:
+            new = sessions[i].run(want)
+        except Exception as err:  # noqa: BLE001 - one task's tuner failing must not end the model's run
+            log(
+                f"{mt.task.label}: the {options.strategy} tuner failed "
+                f"({type(err).__name__}: {err}); dropping the task"
+            )
+            sched.finished_round(i)
+            sched.observe(i, st.trials, st.best_s, exhausted=True)
+            continue
         mt.new_trials += new
         mt.rounds += 1
         spent += new

@@ -25,7 +25,7 @@ class ModelTuner:
     def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
                  context: TuneContext | None = None, model: str = "xgb", transfer: bool = True, *,
                  eps: float = 0.1, local: float = 0.25, elite: int = 3, chains: int = 32, sa_steps: int = 12,
-                 diversity: int = 2,
+                 diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  model_options: dict | None = None) -> None:
         from cost_model import make_model
@@ -40,6 +40,7 @@ class ModelTuner:
         self.transfer = bool(transfer and context is not None and context.transfer)
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
+        self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
         self._neighbour_lists: dict[str, list[Config]] = {}
         self.early_stop = early_stop if early_stop is not None else (context.early_stop if context else None)
         self.max_transfer = max_transfer
@@ -225,6 +226,11 @@ class ModelTuner:
                 taken.add(config_key(c))
                 picked.append(c)
             ranked = self._anneal()
+            if self.rank_temp > 0 and len(ranked) > 1:
+                # sample an order by rank: strict top-n exploits a model that is only roughly right
+                w = np.exp(-np.arange(len(ranked)) / (self.rank_temp * len(ranked)))
+                order = self.rng.choice(len(ranked), size=len(ranked), replace=False, p=w / w.sum())
+                ranked = [ranked[i] for i in order]
             for pass_ in (0, 1):  # diversity first, then whatever ranks best
                 for _, c in ranked:
                     if len(picked) >= n - n_random:
