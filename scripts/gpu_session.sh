@@ -18,7 +18,7 @@ if [ "$phase" = smoke ]; then
   timeout 100 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
 fi
 if [ "$phase" = full ]; then
-  timeout 120 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
 fi
 if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}
