@@ -254,6 +254,9 @@ def _pad(x: te.Tensor, pad: int, value: float, nhwc: bool, name: str) -> te.Tens
     return nd_compute((n, h + 2 * pad, w + 2 * pad, c), fn, name, "pad")
 
 
+MAX_WINDOW_TAPS = 16  # pooling windows up to this size are unrolled into elementwise stages
+
+
 def pool2d(op: str, attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
     x = args[0]
     assert isinstance(x, te.Tensor)
@@ -267,18 +270,33 @@ def pool2d(op: str, attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
     oh, ow = (h + 2 * pad - kh) // st + 1, (w + 2 * pad - kw) // st + 1
     is_max = op == "MaxPool"
     xp = _pad(x, pad, pool_ops.lowest(x.dtype) if is_max else 0.0, nhwc, name + "_pad")
-    ry, rx = T.reduce_axis(kh, "ry"), T.reduce_axis(kw, "rx")
-    reducer = T.max_reduce if is_max else T.sum
+    shape = (n, oh, ow, c) if nhwc else (n, c, oh, ow)
 
-    def win(i: list[Expr]) -> Expr:
+    def tap(i: list[Expr], r: Any, s: Any) -> Expr:
         if nhwc:
             b, y, xx, ch = i
-            return reducer(xp[b, y * st + ry, xx * st + rx, ch], axis=[ry, rx])
+            return xp[b, y * st + r, xx * st + s, ch]
         b, ch, y, xx = i
-        return reducer(xp[b, ch, y * st + ry, xx * st + rx], axis=[ry, rx])
+        return xp[b, ch, y * st + r, xx * st + s]
 
-    shape = (n, oh, ow, c) if nhwc else (n, c, oh, ow)
-    total = nd_compute(shape, win, name if is_max else name + "_sum", "pool")
+    if kh * kw <= MAX_WINDOW_TAPS:
+        # small windows: an elementwise max / sum of the taps, so the output stage vectorizes along
+        # its innermost axis (a reduction stage would stay scalar)
+        taps = [(r, s) for r in range(kh) for s in range(kw)]
+
+        def win(i: list[Expr]) -> Expr:
+            out = tap(i, *taps[0])
+            for r, s in taps[1:]:
+                out = T.max(out, tap(i, r, s)) if is_max else out + tap(i, r, s)
+            return out
+
+        total = nd_compute(shape, win, name if is_max else name + "_sum", "pool")
+    else:
+        ry, rx = T.reduce_axis(kh, "ry"), T.reduce_axis(kw, "rx")
+        reducer = T.max_reduce if is_max else T.sum
+        total = nd_compute(
+            shape, lambda i: reducer(tap(i, ry, rx), axis=[ry, rx]), name if is_max else name + "_sum", "pool"
+        )
     if is_max:
         return total
     if p["count_include_pad"] or pad == 0:

@@ -24,7 +24,7 @@ class ModelTuner:
 
     def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
                  context: TuneContext | None = None, model: str = "xgb", transfer: bool = True, *,
-                 eps: float = 0.1, local: float = 0.25, elite: int = 3, chains: int = 32, sa_steps: int = 12,
+                 eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  model_options: dict | None = None) -> None:
@@ -243,6 +243,15 @@ class ModelTuner:
                     taken.add(k)
                     picked.append(c)
         picked += self._random_unseen(n - len(picked), taken)
+        if len(picked) < n and self.space.raw_size <= 200_000:
+            # rejection sampling keeps missing: the space is nearly used up, so walk it
+            for cfg in self.space:
+                if len(picked) >= n:
+                    break
+                k = config_key(cfg)
+                if k not in self.seen and k not in taken:
+                    taken.add(k)
+                    picked.append(cfg)
         self.seen.update(taken)
         return picked
 
