@@ -33,7 +33,7 @@ from autotune.schedule import (
     unroll,
     vectorize,
 )
-from autotune.te.expr import TensorRead, walk
+from autotune.te.expr import TensorRead, free_vars, walk
 
 from .sketch import Sketch
 from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
@@ -77,13 +77,18 @@ class CudaSketch(Sketch):
             ChoiceKnob("fetch_vector", (1, 4)),
             ChoiceKnob("pad", (0, 4)),
             ChoiceKnob("unroll_k", (0, 1)),
+            # shared tiles stored with a spatial dim innermost (1) so threads read them as float4
+            ChoiceKnob("shared_layout", (0, 1)),
+            # per-k register fragments of the shared tiles (loaded once, reused by the whole tile)
+            ChoiceKnob("local_cache", (0, 1)),
         ]
         constraints = [
             ("threads_per_block", self._threads_ok),
             ("occupancy", self._occupancy_ok),
-            ("registers", lambda c: self._per_thread(c) <= 128),
+            ("registers", lambda c: self._registers(c) <= 128),
             ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
             ("fetch_vector", self._fetch_ok),
+            ("shared_layout", lambda c: not c["shared_layout"] or self._transposable),
             (
                 "unroll_k",
                 lambda c: not c["unroll_k"] or math.prod(self._t(c, r)[1] for r in self.reduce_axes) <= 32,
@@ -111,16 +116,22 @@ class CudaSketch(Sketch):
     def _per_thread(self, c: Config) -> int:
         return math.prod(self._t(c, a)[2] * self._t(c, a)[3] for a in self.axes)
 
-    def _shared_regions(self, c: Config) -> list[list[int]]:
-        """Extent per dim of each shared operand's tile, from its index expressions."""
+    def _registers(self, c: Config) -> int:
+        """Accumulators plus, with ``local_cache``, the operand fragments of one k step."""
+        frags = sum(math.prod(d) for d in self._local_regions(c).values()) if c["local_cache"] else 0
+        return self._per_thread(c) + frags
+
+    def _regions(self, c: Config, levels: slice, reduce_level: int | None) -> dict[str, list[int]]:
+        """Per shared operand, the extent of each stored dim of the tile one loop level holds:
+        spatial axes span the product of their tile factors in ``levels``; reduction axes span
+        their level ``reduce_level`` (or one point when None)."""
         ranges = {}
         anchor = self.anchor
         for ax, a in zip(anchor.axes, self.axes):
-            t = self._t(c, a)
-            ranges[ax.var] = t[1] * t[2] * t[3] - 1
+            ranges[ax.var] = math.prod(self._t(c, a)[levels]) - 1
         for ax, r in zip(anchor.reduce_axes, self.reduce_axes):
-            ranges[ax.var] = self._t(c, r)[1] - 1
-        out = []
+            ranges[ax.var] = 0 if reduce_level is None else self._t(c, r)[reduce_level] - 1
+        out = {}
         for r in _reads(anchor):
             if r.tensor.name not in self.pack_candidates:
                 continue
@@ -129,16 +140,50 @@ class CudaSketch(Sketch):
                 lin = linear(idx, {})
                 span = sum(abs(k) * ranges.get(atom, 0) for atom, k in lin.terms.values())
                 dims.append(min(span + 1, r.tensor.shape[d]))
-            out.append(dims)
+            out[r.tensor.name] = [dims[p] for p in self._layout(r.tensor.name, c)]
         return out
+
+    def _shared_regions(self, c: Config) -> list[list[int]]:
+        """Stored extent per dim of each shared operand's block tile."""
+        return list(self._regions(c, slice(1, 4), 1).values())
+
+    def _local_regions(self, c: Config) -> dict[str, list[int]]:
+        """Stored extent per dim of each operand's per-thread register fragment (one k step)."""
+        return self._regions(c, slice(2, 4), None)
+
+    def _spatial_last(self, name: str) -> tuple[int, ...]:
+        """The dim order of ``name`` with the dim of its innermost spatial axis moved last."""
+        read = next(r for r in _reads(self.anchor) if r.tensor.name == name)
+        order = list(range(read.tensor.ndim))
+        for ax in reversed(self.anchor.axes):
+            dim = next((d for d, i in enumerate(read.indices) if ax.var in free_vars(i)), None)
+            if dim is not None:
+                order.remove(dim)
+                return tuple(order + [dim])
+        return tuple(order)
+
+    def _layout(self, name: str, c: Config) -> tuple[int, ...]:
+        """Stored dim order of a shared operand under config ``c``."""
+        if c.get("shared_layout"):
+            return self._spatial_last(name)
+        return tuple(range(next(r.tensor.ndim for r in _reads(self.anchor) if r.tensor.name == name)))
+
+    @property
+    def _transposable(self) -> bool:
+        return any(self._spatial_last(n) != tuple(sorted(self._spatial_last(n)))
+                   for n in self.pack_candidates)
 
     def _shared_bytes(self, c: Config) -> int:
         return sum(4 * math.prod(d[:-1]) * (d[-1] + c["pad"]) for d in self._shared_regions(c))
 
     def _fetch_ok(self, c: Config) -> bool:
+        """float4 fetch needs every operand copied in source order with a multiple of 4 innermost."""
         if c["fetch_vector"] == 1:
             return True
-        return all(d[-1] % 4 == 0 for d in self._shared_regions(c))
+        regions = self._regions(c, slice(1, 4), 1)
+        return all(
+            d[-1] % 4 == 0 for n, d in regions.items() if self._layout(n, c) == tuple(range(len(d)))
+        )
 
     def _simple_vector_ok(self, c: Config) -> bool:
         return c["vector"] == 1 or all(
@@ -193,7 +238,10 @@ class CudaSketch(Sketch):
             steps.append(CacheWriteStep(self.anchor.name))
         shared = list(self.pack_candidates)
         for name in shared:
-            steps.append(CacheReadStep(name, (R,), None, "shared"))
+            steps.append(CacheReadStep(name, (R,), self._layout(name, c), "shared"))
+        if c["local_cache"]:
+            for name in shared:
+                steps.append(CacheReadStep(f"{name}_shared", (R,), None, "local"))
         b, t, v, i = [], [], [], []
         for ta, a in zip(self.tile_axes, self.axes):
             f = self._t(c, a)
@@ -228,11 +276,18 @@ class CudaSketch(Sketch):
         if c["unroll_k"]:
             steps += [unroll(R, x) for x in r1]
         threads = self._threads(c)
+        frags = self._local_regions(c)
         for name in shared:
             sh = f"{name}_shared"
+            if c["local_cache"]:
+                # the fragment stage reads the shared tile: attach it first so the tile's region
+                # is inferred from the fragment's reads
+                steps.append(ComputeAtStep(f"{sh}_local", R, r1[-1]))
+                steps += _register_fragment(f"{sh}_local", frags[name])
+            layout = self._layout(name, c)
             steps.append(ComputeAtStep(sh, R, r0[-1]))
-            ndim = next(r.tensor.ndim for r in _reads(self.anchor) if r.tensor.name == name)
-            steps += _cooperative_fetch(sh, ndim, threads, c["fetch_vector"])
+            identity = layout == tuple(range(len(layout)))
+            steps += _cooperative_fetch(sh, layout, threads, c["fetch_vector"] if identity else 1)
             if c["pad"]:
                 steps.append(StoragePadStep(sh, c["pad"]))
         return steps
@@ -247,10 +302,25 @@ def _fuse_bind(stage: str, loops: list[str], axis: str) -> list[Step]:
     return steps + [bind(stage, "@".join(loops), axis)]
 
 
-def _cooperative_fetch(stage: str, ndim: int, threads: int, vec: int) -> list[Step]:
-    """All threads of the block copy the tile together: fused loop -> [serial, threadIdx.x, lanes]."""
-    names = [f"a{d}" for d in range(ndim)]
-    steps: list[Step] = [FuseStep(stage, tuple(names))] if ndim > 1 else []
+def _register_fragment(stage: str, extents: list[int]) -> list[Step]:
+    """A per-thread copy of a fragment: every loop unrolled, the innermost as float4 when it can."""
+    names = [f"a{d}" for d in range(len(extents))]
+    steps: list[Step] = [unroll(stage, n) for n in names[:-1]]
+    if extents[-1] % 4 == 0:
+        return steps + [SplitStep(stage, names[-1], 4), unroll(stage, f"{names[-1]}.0"),
+                        vectorize(stage, f"{names[-1]}.1")]
+    return steps + [unroll(stage, names[-1])]
+
+
+def _cooperative_fetch(stage: str, layout: tuple[int, ...], threads: int, vec: int) -> list[Step]:
+    """All threads of the block copy the tile together: fused loop -> [serial, threadIdx.x, lanes].
+    The copy walks the source's dim order (coalesced global reads) even when the tile is stored
+    permuted (``layout``: stored dim d holds source dim layout[d])."""
+    ndim = len(layout)
+    order = sorted(range(ndim), key=lambda d: layout[d])
+    names = [f"a{d}" for d in order]
+    steps: list[Step] = [ReorderStep(stage, tuple(names))] if order != list(range(ndim)) else []
+    steps += [FuseStep(stage, tuple(names))] if ndim > 1 else []
     f = "@".join(names)
     if vec > 1:
         steps += [SplitStep(stage, f, vec), vectorize(stage, f"{f}.1")]

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
-# Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE   (PHASE: smoke | tune | bench)
+# Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
+#   PHASE: smoke | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
 # Writes logs and JSON under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 DB=${DB:-$OUT/cuda.db}
+if [ -n "${SEED_DB:-}" ] && [ ! -e "$DB" ]; then cp "$SEED_DB" "$DB"; fi  # resume a carried DB
 phase=${1:-smoke}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from autotune.measure.cuda_device import query_device; import json; print(json.dumps(query_device()))" | tee "$OUT/device.json"
@@ -20,13 +22,21 @@ fi
 if [ "$phase" = full ]; then
   timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
 fi
+if [ "$phase" = long ]; then
+  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+  # a kill by the timeout loses nothing: every trial is committed; a rerun tops up to 2000
+  timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
+    --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
+fi
 if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}
-  for spec in "matmul 1024,1024,1024" "matmul 2048,2048,2048" "matmul 4096,4096,4096" "dense_bias_gelu 128,3072,768" \
-              "conv2d 1,64,56,56,64,3,3,1,1" "add_relu_mul 8192,8192" "softmax 8192,8192" "layernorm 8192,8192"; do
-    set -- $spec
-    timeout $(( ${STEP_S:-60} + 60 )) python3 scripts/tune.py --target cuda --op $1 --shape $2 --trials $T --time-budget ${STEP_S:-60} --db "$DB" --json \
-      --no-progress --batch-size 16 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
+  # SPECS: space-separated op:shape[:seconds] (seconds defaults to STEP_S)
+  SPECS=${SPECS:-"matmul:1024,1024,1024 matmul:2048,2048,2048 matmul:4096,4096,4096 dense_bias_gelu:128,3072,768
+    conv2d:1,64,56,56,64,3,3,1,1 add_relu_mul:8192,8192 softmax:8192,8192 layernorm:8192,8192"}
+  for spec in $SPECS; do
+    IFS=: read -r op shape secs <<< "$spec"; secs=${secs:-${STEP_S:-60}}
+    timeout $(( secs + 60 )) python3 scripts/tune.py --target cuda --op "$op" --shape "$shape" --trials $T --time-budget "$secs" \
+      --db "$DB" --json --no-progress --strategy ${STRATEGY:-random} --batch-size ${BATCH:-16} 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
   done
 fi
 if [ "$phase" = bench ] || [ "$phase" = tune ] || [ "$phase" = full ]; then

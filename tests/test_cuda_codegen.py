@@ -29,6 +29,19 @@ MATMUL_CFG = {
     "fetch_vector": 4,
     "pad": 4,
     "unroll_k": 1,
+    "shared_layout": 0,
+    "local_cache": 0,
+}
+# the classic SGEMM shape: A stored k-major in shared memory, per-k register fragments
+FRAGMENT_CFG = {
+    "tile_i": [8, 16, 2, 4],
+    "tile_j": [8, 16, 2, 4],
+    "tile_k": [128, 8],
+    "fetch_vector": 4,
+    "pad": 4,
+    "unroll_k": 1,
+    "shared_layout": 1,
+    "local_cache": 1,
 }
 SOFTMAX_CFG = {"threads": 128, "vector": 4}
 
@@ -56,6 +69,18 @@ def test_matmul_source_has_gpu_constructs() -> None:
     assert "float matmul_local[" in src and "__shared__ float matmul_local" not in src
 
 
+def test_register_fragments_load_float4_from_a_transposed_tile() -> None:
+    src = cuda_source("matmul", "1024,1024,1024", FRAGMENT_CFG)
+    # A is stored [k][i] (row stride 128 + 4 pad) and fetched in A's own order (coalesced reads)
+    assert "__shared__ float A_shared[1056]" in src
+    assert "float A_shared_local[8]" in src and "float B_shared_local[8]" in src
+    assert "*(float4*)(A_shared_local + 0) = (*(const float4*)(A_shared +" in src
+    assert "*(float4*)(B_shared_local + 4) = (*(const float4*)(B_shared +" in src
+    # the inner product reads only registers
+    inner = src[src.index("float B_shared_local[8]") :]
+    assert "at_bcast4(A_shared_local[" in inner and "at_bcast4(A_shared[" not in inner
+
+
 def test_softmax_source_uses_warp_shuffles() -> None:
     src = cuda_source("softmax", "64,256", SOFTMAX_CFG)
     assert "__shfl_xor_sync" in src and "at_red[" in src
@@ -67,6 +92,7 @@ def test_softmax_source_uses_warp_shuffles() -> None:
     ("op", "shape", "config"),
     [
         ("matmul", "64,64,64", MATMUL_CFG),
+        ("matmul", "1024,1024,1024", FRAGMENT_CFG),
         ("softmax", "64,256", SOFTMAX_CFG),
         ("layernorm", "32,256", {"threads": 64, "vector": 4}),
         ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
@@ -132,6 +158,34 @@ def test_gpu_lowering_is_correct_in_emulation(op: str, shape: str, samples: int,
             RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120),
         )
         assert r.error_kind is None, (cfg, r.error_msg)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape"),
+    [("matmul", "48,40,24"), ("dense_bias_gelu", "16,24,20"), ("conv2d", "1,6,9,9,8,3,3,1,1")],
+)
+def test_transposed_tiles_and_fragments_are_correct_in_emulation(
+    op: str, shape: str, builder, runner
+) -> None:
+    wl = te.make_workload(op, shape)
+    space = make_space(wl, TARGET)
+    rng = np.random.default_rng()
+    cfg = None
+    for _ in range(200):
+        cfg = dict(space.sample(rng), shared_layout=1, local_cache=1)
+        if space.is_valid(cfg):
+            break
+    assert cfg is not None and space.is_valid(cfg), "no valid config with both knobs on"
+    inputs = wl.random_inputs(rng)
+    ref = wl.run_reference(inputs)
+    rtol, atol = tolerances(ref)
+    runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
+    prog = build_cuda_emulation(wl, space.steps(cfg), TARGET)
+    b = builder.build(prog.kernel_name, prog.source)
+    assert b.error_kind is None, b.error_msg
+    r = runner.run(b.lib_path, prog.kernel_name, wl.key,
+                   RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
+    assert r.error_kind is None, (cfg, r.error_msg)
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")

@@ -359,3 +359,25 @@ def test_run_options_validation() -> None:
     with pytest.raises(ValueError):
         RunOptions(repeat=0)
     assert RunResult((1.0, 3.0), None, "", 0.1).mean_s == 2.0
+
+
+def test_parallel_render_matches_serial(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import te
+    from autotune.search import measure_batch
+    from autotune.target import offline_cuda_target
+    from schedules import make_space
+
+    wl = te.make_workload("matmul", "32,32,16")
+    target = offline_cuda_target("sm_90")
+    space = make_space(wl, target)
+    rng = np.random.default_rng(3)
+    steps = [space.steps(space.sample(rng)) for _ in range(5)]
+    steps.append(steps[0][:1] + [steps[0][1]] * 2)  # an illegal schedule: the same cache twice
+    backend = measure_batch.make_backend(target, None, None)
+    serial = measure_batch.render_all(backend, wl, steps)
+    monkeypatch.setattr(measure_batch, "PARALLEL_RENDER_MIN_CORES", 1)
+    monkeypatch.setattr(measure_batch.os, "cpu_count", lambda: 3)
+    forked = measure_batch.render_all(backend, wl, steps)
+    assert isinstance(serial[-1], measure_batch.ScheduleError)
+    assert isinstance(forked[-1], measure_batch.ScheduleError) and str(forked[-1]) == str(serial[-1])
+    assert [(n, s, p) for n, s, p in forked[:-1]] == [(n, s, p) for n, s, p in serial[:-1]]

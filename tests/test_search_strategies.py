@@ -159,3 +159,20 @@ def test_tune_cli_strategy_xgb_on_a_tiny_workload(tmp_path: Path) -> None:
         rows = d.measurements()
     assert len({config_key(r.config) for r in rows}) == 6
     assert {r.tuner for r in rows} == {"xgb"}
+
+
+def test_tune_cli_no_transfer_and_early_stop(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    base = [sys.executable, str(ROOT / "scripts" / "tune.py"), "--op", "matmul", "--shape", "16,24,8",
+            "--batch-size", "2", "--strategy", "xgb", "--db", str(db), "--json", "--no-progress"]
+    bad = subprocess.run(base + ["--trials", "4", "--early-stop", "0"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--early-stop" in bad.stderr and not db.exists()
+    r = subprocess.run(base + ["--trials", "40", "--no-transfer", "--early-stop", "2"], capture_output=True,
+                       text=True, timeout=240, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # two trials without a new best end the run long before the 40 asked for
+    assert 2 <= out["new_trials"] < 40
+    with TuningDatabase(db) as d:
+        assert {m.tuner for m in d.measurements()} == {"xgb-no-transfer"}

@@ -139,7 +139,8 @@ def bench_cuda_record(
 
 
 def format_cuda_table(rows: list[dict]) -> str:
-    head = f"{'workload':34} {'ours us':>10} {'torch us':>10} {'ours/torch':>10} {'ours TFLOP/s':>12} {'ours TB/s':>9}"
+    head = (f"{'workload':34} {'ours us':>10} {'torch us':>10} {'ours/torch':>10} "
+            f"{'ours TFLOP/s':>12} {'ours TB/s':>9}")
     lines = [head]
     for r in rows:
         if not r.get("ok"):
@@ -148,6 +149,7 @@ def format_cuda_table(rows: list[dict]) -> str:
         t = r.get("baseline_s")
         lines.append(
             f"{r['workload']:34} {r['ours_s'] * 1e6:10.1f} {t * 1e6 if t else float('nan'):10.1f} "
-            f"{r.get('speedup', float('nan')):9.2f}x {r['ours_gflops'] / 1e3:12.2f} {r['ours_gbps'] / 1e3:9.2f}"
+            f"{r.get('speedup', float('nan')):9.2f}x {r['ours_gflops'] / 1e3:12.2f} "
+            f"{r['ours_gbps'] / 1e3:9.2f}"
         )
     return "\n".join(lines)

@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="per workload: start no new batch after this many seconds (default: none)")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="model-guided strategies (xgb, sklearn) learn only from this workload's own "
+                   "records, not from other workloads / targets in the DB")
+    p.add_argument("--early-stop", type=int, default=None, metavar="N",
+                   help="model-guided strategies stop a workload after N trials without a new best "
+                   "(default: never)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from ..graph.cli import add_model_args
@@ -94,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if trials < 0 or args.batch_size < 1:
         raise UsageError("--trials must be >= 0 and --batch-size >= 1")
+    if args.early_stop is not None and args.early_stop < 1:
+        raise UsageError("--early-stop must be >= 1")
     workloads = _workloads(args)
     target = resolve_target(args.target)
     db = open_db(args.db)
@@ -104,6 +112,8 @@ def _run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         progress=not args.no_progress,
         time_budget_s=args.time_budget,
+        transfer=not args.no_transfer,
+        early_stop=args.early_stop,
     )
     summaries = []
     builder, runner = measure_tools(target)
@@ -112,7 +122,8 @@ def _run(args: argparse.Namespace) -> int:
             s = tune_workload(wl, target, db, options, builder, runner)
             summaries.append(s)
             print(
-                f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, {s.errors} errors), "
+                f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, "
+                f"{s.errors} errors), "
                 f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s",
                 flush=True,
             )

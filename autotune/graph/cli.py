@@ -122,6 +122,8 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         progress=False,
         time_budget_s=getattr(args, "time_budget", None),
+        transfer=not getattr(args, "no_transfer", False),
+        early_stop=getattr(args, "early_stop", None),
     )
     builder, runner = measure_tools(target)
     try:

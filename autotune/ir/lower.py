@@ -145,8 +145,9 @@ class _Lowerer:
                 acc[lvar[lp]] = (0, ext[lp] - 1)
             threads_at[lp] = dict(acc)
         regions = {}
-        for lp in st.leaf_loops:
-            # consumers attached at the same loop are placed first: their region bounds the producer's
+        for lp in reversed(st.leaf_loops):
+            # consumers attached at the same or a deeper loop are placed first: their region bounds
+            # the producer's
             for att in reversed(self.attached.get(lp, [])):
                 regions[att] = self.place_attached(att, st, lp, axis_value, ext, lvar, threads_at[lp])
         # the stage's own output buffer
@@ -244,8 +245,8 @@ class _Lowerer:
         """Infer the region of ``att`` that ``loop`` of ``target`` needs and give it a buffer.
 
         Readers are ``target`` (its loops inside ``loop`` range) and stages attached at the same
-        loop (their whole region ranges). A shared buffer serves every thread of the block, so the
-        thread loops around it range too."""
+        or a deeper loop of it (their whole region ranges). A shared buffer serves every thread of
+        the block, so the thread loops around it range too."""
         pos = target.leaf_loops.index(loop)
         ranges = {lvar[lp]: (0, ext[lp] - 1) for lp in target.leaf_loops[pos + 1 :]}
         if att.scope == "shared":
@@ -254,7 +255,8 @@ class _Lowerer:
         for n in walk(target.body):
             if isinstance(n, TensorRead) and n.tensor is att.tensor:
                 uses.append(([substitute(i, target_axis_value) for i in n.indices], ranges))
-        for other in self.attached.get(loop, []):
+        deeper = [o for lp in target.leaf_loops[pos:] for o in self.attached.get(lp, [])]
+        for other in deeper:
             if other is att or att.tensor not in other.reads():
                 continue
             placed = self.placed.get(other.tensor)

@@ -252,11 +252,14 @@ def compute_at(sch: Schedule, stage: Stage, target: Stage, loop: Loop) -> None:
     if stage.inlined or stage.attach is not None:
         raise ScheduleError(f"stage {stage.name} is already placed")
     consumers = sch.consumers(stage)
-    allowed = [target] + [s for s in target.attached_here if s.attach == (target, loop)]
+    pos = target.leaf_loops.index(loop)
+    allowed = [target] + [
+        s for s in target.attached_here if s.attach[1] in target.leaf_loops[pos:]
+    ]
     if not consumers or any(c not in allowed for c in consumers):
         raise ScheduleError(
             f"compute_at needs every consumer of {stage.name} ({[c.name for c in consumers]}) to be "
-            f"{target.name} or computed at the same loop"
+            f"{target.name} or computed at the same or a deeper loop of it"
         )
     if target.inlined:
         raise ScheduleError(f"cannot attach to inlined stage {target.name}")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from dataclasses import dataclass
@@ -102,15 +103,16 @@ class WorkloadMeasurer:
         runner.set_task(self.task_id, inputs, reference, [(o.shape, o.dtype) for o in workload.outputs])
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
-        """Measure a batch; yields each trial as soon as its result is known (builds run in
-        parallel first, then kernels run one at a time so they do not disturb each other)."""
+        """Measure a batch; yields each trial as soon as its result is known (sources rendered
+        and built in parallel first, then kernels run one at a time so they do not disturb each
+        other)."""
         rendered = []
         t0 = time.perf_counter()
-        for cfg, st in zip(configs, steps):
-            try:
-                rendered.append((cfg, st, self.backend.render(self.workload, st)))
-            except ScheduleError as err:
-                yield Trial(cfg, st, (), ErrorKind.INVALID_SCHEDULE.value, str(err), 0.0)
+        for cfg, st, out in zip(configs, steps, render_all(self.backend, self.workload, steps)):
+            if isinstance(out, ScheduleError):
+                yield Trial(cfg, st, (), ErrorKind.INVALID_SCHEDULE.value, str(out), 0.0)
+            else:
+                rendered.append((cfg, st, out))
         t1 = time.perf_counter()
         builds = self.builder.build_many([(name, src) for _, _, (name, src, _) in rendered])
         t2 = time.perf_counter()
@@ -125,6 +127,35 @@ class WorkloadMeasurer:
             self.seconds["run"] += time.perf_counter() - t3
             kind = r.error_kind.value if r.error_kind is not None else None
             yield Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
+
+
+# what forked render workers read (set before the fork, so nothing is pickled but the steps)
+_RENDER_JOB: tuple[Backend, Workload] | None = None
+PARALLEL_RENDER_MIN_CORES = 4  # below this the builder pool already keeps every core busy
+
+
+def _render_one(steps: list[Step]) -> Any:
+    backend, wl = _RENDER_JOB  # type: ignore[misc]
+    try:
+        return backend.render(wl, steps)
+    except ScheduleError as err:
+        return err
+
+
+def render_all(backend: Backend, wl: Workload, steps: list[list[Step]]) -> list[Any]:
+    """Lower and render every schedule: (name, source, payload) or the ScheduleError. Forked
+    worker processes share the work on machines with cores to spare (lowering is pure Python)."""
+    global _RENDER_JOB
+    _RENDER_JOB = (backend, wl)
+    try:
+        cores = os.cpu_count() or 1
+        forkable = "fork" in multiprocessing.get_all_start_methods()
+        if len(steps) < 4 or cores < PARALLEL_RENDER_MIN_CORES or not forkable:
+            return [_render_one(st) for st in steps]
+        with multiprocessing.get_context("fork").Pool(min(cores, len(steps))) as pool:
+            return pool.map(_render_one, steps, chunksize=1)
+    finally:
+        _RENDER_JOB = None
 
 
 def _with_tolerances(options: RunOptions, rtol: float, atol: float) -> RunOptions:

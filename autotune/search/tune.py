@@ -110,7 +110,8 @@ def tune_workload(
             break  # space exhausted
         trials: list[Trial] = []
         for trial in measurer.measure(configs, [space.steps(c) for c in configs]):
-            db.add_measurement(_record(wl, target, trial, options.strategy, space.version))
+            label = getattr(tuner, "name", options.strategy)  # e.g. xgb-no-transfer
+            db.add_measurement(_record(wl, target, trial, label, space.version))
             trials.append(trial)
             new += 1
             counts["errors" if trial.error_kind else "valid"] += 1

@@ -35,9 +35,10 @@ class ModelTuner:
         self.rng = np.random.default_rng(seed)
         self.seen: set[str] = set(exclude or ())
         self.ctx = context
-        self.name = model if transfer else f"{model}-no-transfer"
         self.model = make_model(model, seed=seed, **(model_options or {}))
-        self.transfer = bool(transfer and context is not None and context.transfer)
+        self.transfer = bool(transfer and (context is None or context.transfer))
+        self.name = model if self.transfer else f"{model}-no-transfer"
+        self.transfer = self.transfer and context is not None
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
         self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
