@@ -95,6 +95,9 @@ def test_softmax_source_uses_warp_shuffles() -> None:
         ("matmul", "1024,1024,1024", FRAGMENT_CFG),
         ("softmax", "64,256", SOFTMAX_CFG),
         ("layernorm", "32,256", {"threads": 64, "vector": 4}),
+        # rows shorter than a warp: shuffles over 16 live lanes / one shared slot per thread (24)
+        ("softmax", "4,16", {"threads": 64, "vector": 1}),
+        ("layernorm", "4,24", {"threads": 64, "vector": 1}),
         ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
     ],
 )

@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"(resume after a kill) (default {DEFAULT_TRIALS})",
     )
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
-    p.add_argument("--strategy", default="random", help=f"search strategy: {', '.join(STRATEGIES)}")
+    p.add_argument("--strategy", default="xgb",
+                   help=f"search strategy: {', '.join(STRATEGIES)} (default xgb: the XGBoost-guided search, "
+                   "seeded from the DB's other records; it beat random search on real hardware, "
+                   "see docs/cost_model.md)")
     p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
     p.add_argument(
         "--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)"

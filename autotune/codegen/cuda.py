@@ -86,18 +86,31 @@ class CudaRenderer(CStyleRenderer):
         return super().stmt(s, depth)
 
     def allreduce(self, s: AllReduce, pad: str) -> list[str]:
-        """Warp shuffles, then one shared slot per warp; every thread ends with the result."""
+        """Every thread of the block ends with the combined value: warp shuffles, then one shared
+        slot per warp (whole warps); shuffles over the live lanes (a block of 2, 4, 8 or 16
+        threads); otherwise one shared slot per thread."""
         threads = self.block_dims.get("threadIdx.x", 1)
-        if threads % 32:
-            raise ValueError(f"a cross-thread reduction needs a multiple of 32 threads, got {threads}")
         comb = {"sum": "({a} + {b})", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}[s.combiner]
         ref = f"{s.buffer.name}[{self.expr(s.index)}]"
-        lines = [
-            f"{pad}{{",
-            f"{pad}  float at_v = {ref};",
+        lines = [f"{pad}{{", f"{pad}  float at_v = {ref};"]
+        if threads % 32 and (threads > 32 or threads & (threads - 1)):
+            lines += [
+                f"{pad}  __shared__ float at_red[{threads}];",
+                f"{pad}  __syncthreads();",
+                f"{pad}  at_red[threadIdx.x] = at_v;",
+                f"{pad}  __syncthreads();",
+                f"{pad}  at_v = at_red[0];",
+                f"{pad}  for (int at_w = 1; at_w < {threads}; ++at_w) at_v = "
+                + comb.format(a="at_v", b="at_red[at_w]")
+                + ";",
+            ]
+            return lines + [f"{pad}  {ref} = at_v;", f"{pad}}}"]
+        width = min(threads, 32)
+        mask = "0xffffffffu" if width == 32 else f"0x{(1 << width) - 1:x}u"
+        lines += [
             f"{pad}  #pragma unroll",
-            f"{pad}  for (int at_o = 16; at_o > 0; at_o >>= 1) at_v = "
-            + comb.format(a="at_v", b="__shfl_xor_sync(0xffffffffu, at_v, at_o)")
+            f"{pad}  for (int at_o = {width // 2}; at_o > 0; at_o >>= 1) at_v = "
+            + comb.format(a="at_v", b=f"__shfl_xor_sync({mask}, at_v, at_o)")
             + ";",
         ]
         if threads > 32:

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autotune.program import Program, build_program
+from autotune.program import CudaSource, Program, build_cuda_program, build_program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
 from autotune.target import Target, cpu_target
 from records import TuningDatabase
@@ -28,7 +28,7 @@ from .fusion import Group, fuse
 from .ir import Graph, GraphError
 from .memory import MemoryPlan, plan_memory
 from .passes import optimize
-from .runtime import CpuExecutable, KernelSource, check_inputs, entry_source, make_backend
+from .runtime import KernelSource, check_inputs, entry_source, make_backend
 from .tasks import KernelCall, Task, extract_tasks
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
@@ -116,7 +116,14 @@ class KernelChoice:
     tuned: bool
     best_s: float | None = None
     note: str = ""
-    program: Program | None = field(default=None, repr=False)
+    program: Program | CudaSource | None = field(default=None, repr=False)
+
+
+def render(wl: Any, steps: Sequence[Step], target: Target) -> Program | CudaSource:
+    """The target's program of one schedule (C for the CPU, CUDA kernels for a GPU)."""
+    if target.kind == "cuda":
+        return build_cuda_program(wl, steps, target)
+    return build_program(wl, steps, target)
 
 
 def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> KernelChoice:
@@ -127,7 +134,7 @@ def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> Ke
     if record is not None:
         try:
             steps = [step_from_dict(d) for d in record.steps]
-            prog = build_program(wl, steps, target)
+            prog = render(wl, steps, target)
             return KernelChoice(task, steps, record.config, True, record.mean_s, program=prog)
         except (ScheduleError, KeyError, TypeError, ValueError) as err:
             note = f"tuned schedule failed to replay ({type(err).__name__})"
@@ -137,7 +144,7 @@ def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> Ke
         config = space.sample(np.random.default_rng(seed))
         steps = space.steps(config)
         try:
-            prog = build_program(wl, steps, target)
+            prog = render(wl, steps, target)
             return KernelChoice(task, steps, config, False, None, note, prog)
         except ScheduleError as err:
             last = err
@@ -192,7 +199,7 @@ class CompiledModule:
         prepared: Prepared,
         plan: MemoryPlan,
         choices: list[KernelChoice],
-        executable: CpuExecutable,
+        executable: Any,
         summary: CompileSummary,
         entry_c: str,
     ) -> None:
@@ -258,7 +265,8 @@ class CompiledModule:
         repeat: int = 5,
         min_repeat_ms: float = 200.0,
     ) -> list[float]:
-        """Seconds per model run, one value per repeat, timed in C around the entry point."""
+        """Seconds per model run, one value per repeat, timed around the entry point (in C on the
+        CPU; CUDA-graph replays between CUDA events on a GPU)."""
         arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
         return self.executable.time(arrays, self._outputs(), repeat, min_repeat_ms)
 
@@ -307,15 +315,16 @@ def compile_model(
     for c in choices:
         prog = c.program
         assert prog is not None
-        kernels.setdefault(prog.kernel_name, KernelSource(prog.kernel_name, prog.source))
-        names.append(prog.kernel_name)
+        name = prog.kernel_name if isinstance(prog, Program) else kernel_name(c.task.workload)
+        kernels.setdefault(name, KernelSource(name, prog.source, prog))
+        names.append(name)
     t2 = time.perf_counter()
     plan = plan_memory(prepared.graph, prepared.calls)
     call_kernels = [names[call.task] for call in prepared.calls]
     entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in prepared.graph.name)[:40]
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
     lib = backend.build(entry, list(kernels.values()), prepared.calls, call_kernels, prepared.graph, plan)
-    executable = CpuExecutable(lib, entry, prepared.graph, plan)
+    executable = backend.load(lib, entry, prepared.graph, plan)
     t3 = time.perf_counter()
     tuned_calls = sum(choices[c.task].tuned for c in prepared.calls)
     est = (

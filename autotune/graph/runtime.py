@@ -7,9 +7,8 @@ plan into something runnable; the CPU backend builds ONE shared library:
   and the caller's arrays (no per-kernel Python), plus the timing harness on that entry point.
 
 Weights are bound once at load (a pointer table kept alive by the module); a call passes only the
-input and output arrays. A CUDA backend would render each kernel with ``build_cuda_program``, keep
-weights and the arena in device memory and launch the kernels from a host entry point; it is not
-implemented (no GPU on the development machine).
+input and output arrays. The CUDA backend (``cuda_module``) puts every kernel in one ``.cu`` with a
+host launch sequence captured once as a CUDA graph; weights and the arena stay in device memory.
 """
 
 from __future__ import annotations
@@ -41,10 +40,12 @@ class ModuleBuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class KernelSource:
-    """One kernel of the module: its C function name and its source (a translation unit)."""
+    """One kernel of the module: its function name, its source (a translation unit) and, on
+    CUDA, the rendered program (kernels, launch shapes, workspace)."""
 
     name: str
     source: str
+    program: Any = None
 
 
 class ModuleBackend:
@@ -60,7 +61,12 @@ class ModuleBackend:
         call_kernels: Sequence[str],
         graph: Graph,
         plan: MemoryPlan,
-    ) -> Any:
+    ) -> str:
+        """Path of the built (or cached) library."""
+        raise NotImplementedError
+
+    def load(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> Any:
+        """The runnable executable of a built library."""
         raise NotImplementedError
 
 
@@ -175,17 +181,43 @@ class CpuModuleBackend(ModuleBackend):
                 os.replace(out, lib)
         return str(lib)
 
+    def load(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> CpuExecutable:
+        return CpuExecutable(lib_path, entry, graph, plan)
+
 
 class CudaModuleBackend(ModuleBackend):
-    """Placeholder for a GPU module (kernels from build_cuda_program, device arena, host entry)."""
+    """nvcc: every kernel and the host launch sequence in one ``.cu`` -> one shared library."""
 
     kind = "cuda"
 
-    def __init__(self, target: Target, **_: Any) -> None:
+    def __init__(self, target: Target, cache_dir: Path | None = None, **_: Any) -> None:
         self.target = target
+        self.cache_dir = Path(cache_dir or Path.home() / ".cache" / "autotune" / "modules") / "cuda"
+        self._work_bytes: dict[str, int] = {}
+        self.last_source = ""
 
-    def build(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("compiling whole models for CUDA is not implemented yet (CPU only)")
+    def build(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> str:
+        from .cuda_module import build_module, check_programs, module_source, workspace_bytes
+
+        by_name = {k.name: k.program for k in kernels}
+        programs = check_programs([by_name[n] for n in call_kernels])
+        self.last_source = module_source(entry, calls, programs, graph, plan)
+        lib = build_module(self.last_source, self.target, self.cache_dir)
+        self._work_bytes[lib] = workspace_bytes(programs)
+        return lib
+
+    def load(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> Any:
+        from .cuda_module import CudaExecutable
+
+        return CudaExecutable(lib_path, entry, graph, plan, self._work_bytes.get(lib_path, 0))
 
 
 def make_backend(target: Target, **kwargs: Any) -> ModuleBackend:

@@ -1,0 +1,292 @@
+"""The CUDA module of a compiled model: every kernel in one ``.cu``, one host launch sequence
+captured once as a CUDA graph, weights and the arena resident in device memory.
+
+The generated file holds, after the kernels (each task's ``build_cuda_program`` source, the shared
+prelude once), a small host runtime with C entry points (``<entry>_init``, ``_run``, ``_time``,
+``_error``, ``_free``). ``nvcc -shared -cudart static`` makes it one self-contained library that
+ctypes loads; no pycuda on this path. ``_init`` uploads the weights, allocates the arena, a
+workspace for multi-kernel tasks and the input/output buffers, then captures the whole launch
+sequence into a CUDA graph; ``_run`` copies inputs in, replays the graph and copies outputs out;
+``_time`` replays the graph between CUDA events on device-resident inputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from autotune.codegen import CudaRenderer
+from autotune.codegen.c_base import C_TYPES
+from autotune.program import CudaSource
+from autotune.target import Target
+
+from .ir import Graph, GraphError
+from .memory import MemoryPlan, storage_of
+from .tasks import KernelCall
+
+WORK_ALIGN = 256
+
+
+class CudaModuleError(RuntimeError):
+    """The CUDA module failed to build, load or run (the message says which and why)."""
+
+
+def _arg_expr(kind: str, index: int, n_inputs: int) -> str:
+    if kind == "input":
+        return f"M.io[{index}]"
+    if kind == "output":
+        return f"M.io[{n_inputs + index}]"
+    if kind == "const":
+        return f"M.consts[{index}]"
+    return f"(void*)(M.arena + {index})"
+
+
+def _workspace(prog: CudaSource) -> list[int]:
+    """Byte offsets of a program's workspace buffers in the shared workspace, and its total."""
+    offsets, total = [], 0
+    for b in prog.buffers[prog.n_args :]:
+        offsets.append(total)
+        total += -(-b.size * np.dtype(b.dtype).itemsize // WORK_ALIGN) * WORK_ALIGN
+    return offsets + [total]
+
+
+def launch_lines(calls: Sequence[KernelCall], programs: Sequence[CudaSource], graph: Graph,
+                 plan: MemoryPlan) -> list[str]:
+    """The host code that launches every kernel of every call, in order, on stream ``s``."""
+    n_in = len(graph.inputs)
+    lines = []
+    for i, (call, prog) in enumerate(zip(calls, programs)):
+        ptrs = []
+        for v in call.args:
+            s = storage_of(graph, plan, v)
+            ptrs.append(_arg_expr(s.kind, s.index, n_in))
+        ptrs += [f"(void*)(M.work + {off})" for off in _workspace(prog)[:-1]]
+        lines.append(f"  {{ /* call {i}: {call.group.nodes[0].op if call.group.nodes else ''} */")
+        lines.append(f"    void* p[{len(ptrs)}] = {{{', '.join(ptrs)}}};")
+        index = {b.name: j for j, b in enumerate(prog.buffers)}
+        types = {b.name: C_TYPES[b.dtype] for b in prog.buffers}
+        for k in prog.kernels:
+            args = ", ".join(f"({types[p]}*)p[{index[p]}]" for p in k.params)
+            grid = ", ".join(map(str, k.grid))
+            block = ", ".join(map(str, k.block))
+            lines.append(f"    {k.name}<<<dim3({grid}), dim3({block}), 0, s>>>({args});")
+        lines.append("  }")
+    return lines
+
+
+_RUNTIME = r"""
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+struct AtModule {
+  void** consts; int n_consts; char* arena; char* work; void* io[NIO]; long long io_bytes[NIO];
+  cudaStream_t stream; cudaGraphExec_t exec; int ready; char err[512];
+};
+static AtModule M;
+
+static int at_fail(cudaError_t e, const char* what) {
+  snprintf(M.err, sizeof(M.err), "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return (int)e;
+}
+#define AT_CHECK(call) do { cudaError_t at_e = (call); \
+  if (at_e != cudaSuccess) return at_fail(at_e, #call); } while (0)
+
+static void at_launch_all(cudaStream_t s) {
+LAUNCHES
+}
+
+extern "C" const char* ENTRY_error(void) { return M.err; }
+
+extern "C" void ENTRY_free(void) {
+  if (M.ready) cudaGraphExecDestroy(M.exec);
+  for (int i = 0; i < M.n_consts; ++i) cudaFree(M.consts[i]);
+  free(M.consts);
+  for (int i = 0; i < NIO; ++i) cudaFree(M.io[i]);
+  cudaFree(M.arena); cudaFree(M.work);
+  if (M.stream) cudaStreamDestroy(M.stream);
+  memset(&M, 0, sizeof(M));
+}
+
+extern "C" int ENTRY_init(void** host_consts, const long long* const_bytes, int n_consts,
+                          long long arena_bytes, long long work_bytes, const long long* io_bytes) {
+  memset(&M, 0, sizeof(M));
+  int count = 0;
+  AT_CHECK(cudaGetDeviceCount(&count));
+  M.consts = (void**)calloc(n_consts > 0 ? n_consts : 1, sizeof(void*));
+  M.n_consts = n_consts;
+  for (int i = 0; i < n_consts; ++i) {
+    AT_CHECK(cudaMalloc(&M.consts[i], const_bytes[i] > 0 ? const_bytes[i] : 1));
+    AT_CHECK(cudaMemcpy(M.consts[i], host_consts[i], const_bytes[i], cudaMemcpyHostToDevice));
+  }
+  AT_CHECK(cudaMalloc((void**)&M.arena, arena_bytes > 0 ? arena_bytes : 1));
+  AT_CHECK(cudaMalloc((void**)&M.work, work_bytes > 0 ? work_bytes : 1));
+  for (int i = 0; i < NIO; ++i) {
+    M.io_bytes[i] = io_bytes[i];
+    AT_CHECK(cudaMalloc(&M.io[i], io_bytes[i] > 0 ? io_bytes[i] : 1));
+  }
+  AT_CHECK(cudaStreamCreateWithFlags(&M.stream, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  AT_CHECK(cudaStreamBeginCapture(M.stream, cudaStreamCaptureModeThreadLocal));
+  at_launch_all(M.stream);
+  cudaError_t launch = cudaGetLastError();  /* a bad launch shape shows here */
+  AT_CHECK(cudaStreamEndCapture(M.stream, &g));
+  AT_CHECK(launch);
+  AT_CHECK(cudaGraphInstantiate(&M.exec, g, 0));
+  cudaGraphDestroy(g);
+  M.ready = 1;
+  return 0;
+}
+
+extern "C" int ENTRY_run(void** host_io) {
+  for (int i = 0; i < NIN; ++i)
+    AT_CHECK(cudaMemcpyAsync(M.io[i], host_io[i], M.io_bytes[i], cudaMemcpyHostToDevice, M.stream));
+  AT_CHECK(cudaGraphLaunch(M.exec, M.stream));
+  for (int i = NIN; i < NIO; ++i)
+    AT_CHECK(cudaMemcpyAsync(host_io[i], M.io[i], M.io_bytes[i], cudaMemcpyDeviceToHost, M.stream));
+  AT_CHECK(cudaStreamSynchronize(M.stream));
+  return 0;
+}
+
+/* seconds per model run (graph replays between events; inputs already on the device) */
+extern "C" int ENTRY_time(int repeat, double min_repeat_ms, double* costs) {
+  cudaEvent_t a, b;
+  AT_CHECK(cudaEventCreate(&a)); AT_CHECK(cudaEventCreate(&b));
+  AT_CHECK(cudaGraphLaunch(M.exec, M.stream));
+  AT_CHECK(cudaStreamSynchronize(M.stream));
+  int number = 1;
+  float ms = 0.f;
+  for (;;) {
+    AT_CHECK(cudaEventRecord(a, M.stream));
+    for (int i = 0; i < number; ++i) AT_CHECK(cudaGraphLaunch(M.exec, M.stream));
+    AT_CHECK(cudaEventRecord(b, M.stream));
+    AT_CHECK(cudaEventSynchronize(b));
+    AT_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (ms >= min_repeat_ms || number >= (1 << 20)) break;
+    number *= 2;
+  }
+  for (int r = 0; r < repeat; ++r) {
+    AT_CHECK(cudaEventRecord(a, M.stream));
+    for (int i = 0; i < number; ++i) AT_CHECK(cudaGraphLaunch(M.exec, M.stream));
+    AT_CHECK(cudaEventRecord(b, M.stream));
+    AT_CHECK(cudaEventSynchronize(b));
+    AT_CHECK(cudaEventElapsedTime(&ms, a, b));
+    costs[r] = ms * 1e-3 / number;
+  }
+  cudaEventDestroy(a); cudaEventDestroy(b);
+  return 0;
+}
+"""
+
+
+def module_source(entry: str, calls: Sequence[KernelCall], programs: Sequence[CudaSource],
+                  graph: Graph, plan: MemoryPlan) -> str:
+    """The whole ``.cu`` of a model: prelude, each distinct program's kernels, the host runtime."""
+    prelude = CudaRenderer().prelude()
+    bodies: dict[str, str] = {}
+    for prog in programs:
+        key = prog.kernels[0].name
+        bodies.setdefault(key, prog.source.removeprefix(prelude))
+    n_io = len(graph.inputs) + len(graph.outputs)
+    runtime = (
+        _RUNTIME.replace("LAUNCHES", "\n".join(launch_lines(calls, programs, graph, plan)))
+        .replace("ENTRY_", f"{entry}_")
+        .replace("NIO", str(max(1, n_io)))
+        .replace("NIN", str(len(graph.inputs)))
+    )
+    head = f"/* {len(calls)} calls, {len(bodies)} distinct programs; arena {plan.arena_bytes} bytes */\n"
+    return head + prelude + "\n" + "\n\n".join(bodies.values()) + "\n" + runtime
+
+
+def workspace_bytes(programs: Sequence[CudaSource]) -> int:
+    """Workspace for the largest multi-kernel task (calls run one after another)."""
+    return max([_workspace(p)[-1] for p in programs] + [0])
+
+
+def build_module(source: str, target: Target, cache_dir: Path, timeout_s: float = 900.0) -> str:
+    """nvcc the module into a self-contained shared library (cached by source and flags)."""
+    arch = str(target.fingerprint.get("arch") or "")
+    if not arch.startswith("sm_"):
+        raise CudaModuleError(f"target {target.key} has no sm_XX arch to compile for")
+    flags = ["-O3", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static"]
+    digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:32]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    lib = cache_dir / f"cuda_module_{digest}.so"
+    if lib.is_file():
+        return str(lib)
+    with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".tmp-") as tmp:
+        cu = Path(tmp) / "module.cu"
+        cu.write_text(source)
+        out = Path(tmp) / "module.so"
+        try:
+            proc = subprocess.run(["nvcc", *flags, "-o", str(out), str(cu)], capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except FileNotFoundError:
+            raise CudaModuleError("nvcc not found: building a CUDA module needs the CUDA toolkit") from None
+        except subprocess.TimeoutExpired:
+            raise CudaModuleError(f"nvcc timed out after {timeout_s:g} s") from None
+        if proc.returncode != 0:
+            err = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+            raise CudaModuleError(f"nvcc failed on the module: {err}")
+        os.replace(out, lib)
+    return str(lib)
+
+
+class CudaExecutable:
+    """A loaded CUDA module: weights and arena on the device, one CUDA graph per model run."""
+
+    def __init__(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan, work_bytes: int) -> None:
+        self.lib_path = lib_path
+        self.graph = graph
+        self.plan = plan
+        self.lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        fn = {n: getattr(self.lib, f"{entry}_{n}") for n in ("init", "run", "time", "error", "free")}
+        fn["error"].restype = ctypes.c_char_p
+        fn["free"].restype = None
+        for n in ("init", "run", "time"):
+            fn[n].restype = ctypes.c_int
+        self._fn = fn
+        consts = [np.ascontiguousarray(graph.consts[v]) for v in plan.consts]
+        ptrs = (ctypes.c_void_p * max(1, len(consts)))(*[a.ctypes.data for a in consts])
+        sizes = (ctypes.c_longlong * max(1, len(consts)))(*[a.nbytes for a in consts])
+        io = [graph.types[v] for v in list(graph.inputs) + list(graph.outputs)]
+        io_bytes = [int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize for t in io]
+        io_arr = (ctypes.c_longlong * max(1, len(io_bytes)))(*io_bytes)
+        self._check(fn["init"](ptrs, sizes, len(consts), ctypes.c_longlong(plan.arena_bytes),
+                               ctypes.c_longlong(work_bytes), io_arr), "loading the module")
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            msg = (self._fn["error"]() or b"").decode(errors="replace")
+            raise CudaModuleError(f"CUDA module, {what}: {msg or f'error {code}'}")
+
+    def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        arrays = list(inputs) + list(outputs)
+        ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        self._check(self._fn["run"](ptrs), "run")
+
+    def time(self, inputs: list[np.ndarray], outputs: list[np.ndarray], repeat: int,
+             min_repeat_ms: float) -> list[float]:
+        self.run(inputs, outputs)  # inputs on the device
+        costs = (ctypes.c_double * repeat)()
+        self._check(self._fn["time"](repeat, ctypes.c_double(min_repeat_ms), costs), "timing")
+        return list(costs)
+
+    def __del__(self) -> None:
+        fn = getattr(self, "_fn", None)
+        if fn is not None:
+            fn["free"]()
+
+
+def check_programs(programs: Sequence[object]) -> list[CudaSource]:
+    bad = [p for p in programs if not isinstance(p, CudaSource)]
+    if bad:
+        raise GraphError("a CUDA module needs CUDA programs (build_cuda_program) for every task")
+    return list(programs)  # type: ignore[arg-type]

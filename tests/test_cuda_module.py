@@ -1,0 +1,78 @@
+"""The CUDA module of a compiled model: one .cu with every kernel and a host launch sequence
+captured as a CUDA graph. Without a GPU: the module source has that shape and nvcc builds it into
+one self-contained library whose load fails with one clear error. With a GPU: outputs match
+onnxruntime."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from autotune.graph import compile_model, zoo  # noqa: E402
+from autotune.graph.compiler import choose_schedule, prepare  # noqa: E402
+from autotune.graph.cuda_module import CudaModuleError, module_source  # noqa: E402
+from autotune.graph.memory import plan_memory  # noqa: E402
+from autotune.measure.cuda_device import has_cuda_device  # noqa: E402
+from autotune.target import offline_cuda_target  # noqa: E402
+
+MLP = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8"
+BERT = "zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+def _source(spec: str) -> tuple[str, int, int]:
+    target = offline_cuda_target("sm_90")
+    prepared = prepare(spec)
+    choices = [choose_schedule(t, target, None) for t in prepared.tasks]
+    programs = [choices[c.task].program for c in prepared.calls]
+    plan = plan_memory(prepared.graph, prepared.calls)
+    return module_source("model_x", prepared.calls, programs, prepared.graph, plan), len(prepared.calls), len(
+        prepared.tasks
+    )
+
+
+def test_module_source_launches_every_call_from_one_captured_sequence() -> None:
+    src, calls, tasks = _source(BERT)
+    assert src.count("<<<dim3(") >= calls  # a task may take more than one kernel
+    assert src.count("#define AT_INF") == 1, "the prelude appears once"
+    assert src.count('extern "C" __global__') >= tasks
+    for needle in ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
+                   'extern "C" int model_x_init(', 'extern "C" int model_x_run(',
+                   'extern "C" int model_x_time(', "M.arena +", "M.consts["):
+        assert needle in src, needle
+
+
+@needs_nvcc
+@pytest.mark.skipif(has_cuda_device(), reason="covered by the GPU test")
+def test_module_builds_with_nvcc_and_fails_to_load_clearly_without_a_gpu(tmp_path: Path) -> None:
+    with pytest.raises(CudaModuleError, match="loading the module"):
+        compile_model(MLP, offline_cuda_target("sm_90"), cache_dir=str(tmp_path), verbose=False)
+    libs = list((tmp_path / "cuda").glob("cuda_module_*.so"))
+    assert len(libs) == 1
+    lib = ctypes.CDLL(str(libs[0]))  # self-contained: the CUDA runtime is linked in statically
+    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in zoo.make_model(MLP).graph.name)[:40]
+    for fn in ("init", "run", "time", "error", "free"):
+        assert hasattr(lib, f"{entry}_{fn}")
+
+
+@pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
+@pytest.mark.parametrize("spec", [MLP, BERT], ids=["mlp", "bert"])
+def test_cuda_module_matches_onnxruntime(spec: str, tmp_path: Path) -> None:
+    from autotune.measure.cuda_device import query_device
+    from autotune.target import cuda_target
+
+    module = compile_model(spec, cuda_target(query_device()), cache_dir=str(tmp_path), verbose=False)
+    feeds = module.random_inputs(np.random.default_rng(5))
+    ours = module.run(feeds)
+    sess = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+    for o, r in zip(ours, sess.run(None, feeds)):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+    costs = module.time(feeds, repeat=3, min_repeat_ms=5)
+    assert len(costs) == 3 and all(c > 0 for c in costs)
