@@ -375,8 +375,10 @@ def test_parallel_render_matches_serial(monkeypatch: pytest.MonkeyPatch) -> None
     steps.append(steps[0][:1] + [steps[0][1]] * 2)  # an illegal schedule: the same cache twice
     backend = measure_batch.make_backend(target, None, None)
     serial = measure_batch.render_all(backend, wl, steps)
-    monkeypatch.setattr(measure_batch, "PARALLEL_RENDER_MIN_CORES", 1)
-    monkeypatch.setattr(measure_batch.os, "cpu_count", lambda: 3)
+    from autotune import parallel
+
+    monkeypatch.setattr(parallel, "MIN_CORES", 1)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 3)
     forked = measure_batch.render_all(backend, wl, steps)
     assert isinstance(serial[-1], measure_batch.ScheduleError)
     assert isinstance(forked[-1], measure_batch.ScheduleError) and str(forked[-1]) == str(serial[-1])

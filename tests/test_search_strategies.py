@@ -176,3 +176,16 @@ def test_tune_cli_no_transfer_and_early_stop(tmp_path: Path) -> None:
     assert 2 <= out["new_trials"] < 40
     with TuningDatabase(db) as d:
         assert {m.tuner for m in d.measurements()} == {"xgb-no-transfer"}
+
+
+def test_forked_feature_extraction_matches_serial(small, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import parallel
+
+    configs = list(small.space)[:12]
+    ctx = TuneContext(small.workload, small.target, None)
+    serial = make_tuner("xgb", small.space, 0, set(), context=ctx).features(configs)
+    monkeypatch.setattr(parallel, "MIN_CORES", 1)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 3)
+    forked = make_tuner("xgb", small.space, 0, set(), context=ctx).features(configs)
+    assert serial.shape == forked.shape and np.isfinite(serial).all()
+    np.testing.assert_array_equal(serial, forked)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..measure import Builder, CpuRunner, ErrorKind, RunOptions
+from ..parallel import fork_map
 from ..program import build_cuda_program, build_program
 from ..schedule import ScheduleError, Step
 from ..target import Target
@@ -129,13 +129,8 @@ class WorkloadMeasurer:
             yield Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
 
 
-# what forked render workers read (set before the fork, so nothing is pickled but the steps)
-_RENDER_JOB: tuple[Backend, Workload] | None = None
-PARALLEL_RENDER_MIN_CORES = 4  # below this the builder pool already keeps every core busy
-
-
-def _render_one(steps: list[Step]) -> Any:
-    backend, wl = _RENDER_JOB  # type: ignore[misc]
+def _render_one(job: tuple[Backend, Workload], steps: list[Step]) -> Any:
+    backend, wl = job
     try:
         return backend.render(wl, steps)
     except ScheduleError as err:
@@ -145,17 +140,7 @@ def _render_one(steps: list[Step]) -> Any:
 def render_all(backend: Backend, wl: Workload, steps: list[list[Step]]) -> list[Any]:
     """Lower and render every schedule: (name, source, payload) or the ScheduleError. Forked
     worker processes share the work on machines with cores to spare (lowering is pure Python)."""
-    global _RENDER_JOB
-    _RENDER_JOB = (backend, wl)
-    try:
-        cores = os.cpu_count() or 1
-        forkable = "fork" in multiprocessing.get_all_start_methods()
-        if len(steps) < 4 or cores < PARALLEL_RENDER_MIN_CORES or not forkable:
-            return [_render_one(st) for st in steps]
-        with multiprocessing.get_context("fork").Pool(min(cores, len(steps))) as pool:
-            return pool.map(_render_one, steps, chunksize=1)
-    finally:
-        _RENDER_JOB = None
+    return fork_map(_render_one, (backend, wl), steps)
 
 
 def _with_tolerances(options: RunOptions, rtol: float, atol: float) -> RunOptions:

@@ -13,6 +13,7 @@ import numpy as np
 from records import config_key
 from schedules import Config, SearchSpace
 
+from ..parallel import fork_map
 from .context import TuneContext
 
 
@@ -71,19 +72,18 @@ class ModelTuner:
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:
         """Feature rows of configs (cached; NaN rows where lowering fails)."""
-        from cost_model.features import NUM_FEATURES, extract
+        from cost_model.features import NUM_FEATURES
 
         if self.ctx is None:  # no workload to lower: fall back to the knob encoding
             return np.stack([self.space.encode(c) for c in configs]) if configs else np.zeros((0, 0))
         out = np.full((len(configs), NUM_FEATURES), np.nan)
+        todo = {config_key(c): c for c in configs if config_key(c) not in self.cache}
+        if todo:  # lowering is pure Python: spread over spare cores (the GPU host has 16)
+            job = (self.ctx.workload, self.space, self.ctx.target)
+            for k, f in zip(todo, fork_map(_features_or_none, job, list(todo.values()))):
+                self.cache[k] = f
         for i, c in enumerate(configs):
-            k = config_key(c)
-            if k not in self.cache:
-                try:
-                    self.cache[k] = extract(self.ctx.workload, self.space.steps(c), self.ctx.target)
-                except Exception:  # noqa: BLE001 - an illegal schedule scores -inf, nothing more
-                    self.cache[k] = None
-            f = self.cache[k]
+            f = self.cache[config_key(c)]
             if f is not None:
                 out[i] = f
         return out
@@ -266,6 +266,17 @@ class ModelTuner:
             else:
                 self.since_best += 1
         self._dirty = True
+
+
+def _features_or_none(job: tuple, config: Config) -> np.ndarray | None:
+    """Features of one config (None where the schedule does not lower: it scores -inf)."""
+    from cost_model.features import extract
+
+    workload, space, target = job
+    try:
+        return extract(workload, space.steps(config), target)
+    except Exception:  # noqa: BLE001 - an illegal schedule scores -inf, nothing more
+        return None
 
 
 def make_model_tuner(model: str, transfer: bool) -> Any:
