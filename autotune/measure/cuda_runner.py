@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .cuda_builder import CudaProgram
 from .cuda_worker import worker_main as cuda_worker_main
@@ -121,37 +122,15 @@ class CudaRunner(CpuRunner):
 
     # -- worker management --------------------------------------------------------
 
-    def _spawn(self) -> None:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
+    worker_label = "CUDA worker"
+
+    def _worker_process(self, conn: Any) -> Any:
+        return self._ctx.Process(
             target=cuda_worker_main,
-            args=(child_conn, self.device_id),
+            args=(conn, self.device_id),
             daemon=True,
             name=f"autotune-cuda{self.device_id}",
         )
-        proc.start()
-        child_conn.close()
-        self._proc, self._conn, self._ready = proc, parent_conn, False
-        self._sent.clear()
-
-    def _ensure_ready(self) -> None:
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self._stop_worker(graceful=False)
-            self._spawn()
-        if self._ready:
-            return
-        try:
-            reply = self._recv(self._start_timeout_s)
-        except _WorkerTimeout:
-            raise _WorkerCrashed(f"CUDA worker did not start within {self._start_timeout_s:g}s") from None
-        if reply[0] == "fatal":
-            self._stop_worker(graceful=False)
-            raise RuntimeError(str(reply[1]))
-        if reply[0] != "ready":
-            self._stop_worker(graceful=False)
-            raise _WorkerCrashed(f"unexpected worker greeting {reply!r}")
-        self._ready = True
 
     def _stop_worker(self, graceful: bool) -> None:
         try:

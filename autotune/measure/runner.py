@@ -188,9 +188,15 @@ class CpuRunner:
 
     # -- worker management ----------------------------------------------------
 
+    worker_label = "worker"  # in error messages
+
+    def _worker_process(self, conn: Any) -> Any:
+        """The (unstarted) worker process, talking over ``conn``."""
+        return self._ctx.Process(target=worker_main, args=(conn,), daemon=True, name="autotune-runner")
+
     def _spawn(self) -> None:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=worker_main, args=(child_conn,), daemon=True, name="autotune-runner")
+        proc = self._worker_process(child_conn)
         proc.start()
         # Drop our copy of the child's end so a dead worker reads as EOF here.
         child_conn.close()
@@ -207,7 +213,12 @@ class CpuRunner:
         try:
             reply = self._recv(self._start_timeout_s)
         except _WorkerTimeout:
-            raise _WorkerCrashed(f"worker did not start within {self._start_timeout_s:g}s") from None
+            raise _WorkerCrashed(
+                f"{self.worker_label} did not start within {self._start_timeout_s:g}s"
+            ) from None
+        if reply[0] == "fatal":  # the worker cannot work at all (e.g. no usable device)
+            self._stop_worker(graceful=False)
+            raise RuntimeError(str(reply[1]))
         if reply[0] != "ready":
             self._stop_worker(graceful=False)
             raise _WorkerCrashed(f"unexpected worker greeting {reply!r}")
