@@ -174,13 +174,18 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.skipif(not {"avx2", "fma"} <= _cpu_flags() or shutil.which("gcc") is None,
-                    reason="needs gcc and a CPU with AVX2 + FMA")
-def test_vectorized_matmul_compiles_to_fma_on_ymm(tmp_path) -> None:  # noqa: ANN001
-    fingerprint = {"model": "avx2-test", "arch": "x86_64", "isa": ["avx", "avx2", "fma"], "cores": 2}
-    avx2 = make_target("cpu", fingerprint)
-    assert avx2.vector_lanes == 8  # 256-bit vectors: ymm registers
-    prog = build_program(te.make_workload("matmul", [64, 64, 64]), matmul_steps(), avx2)
+@pytest.mark.parametrize(
+    ("isa", "lanes", "register"),
+    [(("avx", "avx2", "fma"), 8, "%ymm"), (("avx", "avx2", "fma", "avx512f"), 16, "%zmm")],
+    ids=["avx2", "avx512"],
+)
+def test_vectorized_matmul_compiles_to_fma_on_vector_registers(tmp_path, isa, lanes, register) -> None:  # noqa: ANN001
+    if not set(isa) <= _cpu_flags() or shutil.which("gcc") is None:
+        pytest.skip(f"needs gcc and a CPU with {'+'.join(isa)}")
+    fingerprint = {"model": "isa-test", "arch": "x86_64", "isa": list(isa), "cores": 2}
+    target = make_target("cpu", fingerprint)
+    assert target.vector_lanes == lanes  # 256-bit vectors: ymm registers; 512-bit: zmm
+    prog = build_program(te.make_workload("matmul", [64, 64, 64]), matmul_steps(reg_j=lanes), target)
     src = tmp_path / "kernel.c"
     src.write_text(prog.source)
     asm = tmp_path / "kernel.s"
@@ -189,7 +194,7 @@ def test_vectorized_matmul_compiles_to_fma_on_ymm(tmp_path) -> None:  # noqa: AN
     assert proc.returncode == 0, proc.stderr
     fma = [ln for ln in asm.read_text().splitlines() if "vfmadd" in ln]
     assert fma, "no FMA instruction in the vectorized kernel"
-    assert any("%ymm" in ln for ln in fma), fma[:5]
+    assert any(register in ln for ln in fma), fma[:5]
 
 
 # --- the CPU schedule space --------------------------------------------------------------------------------
