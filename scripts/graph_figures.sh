@@ -25,10 +25,10 @@ run() {  # model budget
   local db="$OUT/${name%%\?*}.db"
   echo "== $model: tuning to $budget trials ($STRATEGY) =="
   python scripts/tune.py --model "$model" --trials "$budget" --db "$db" --strategy "$STRATEGY" --json \
-    | tee "$OUT/tune_${name%%\?*}_$budget.log" | tail -n 3 | head -n 2
+    | tee "$OUT/tune_${name%%\?*}_$budget.log" | tail -n 3 | sed -n 1,2p
   echo "== $model: benchmark after $budget trials =="
   python scripts/bench.py --model "$model" --db "$db" --repeat "$REPEAT" --json \
-    | tee "$OUT/bench_${name%%\?*}_$budget.log" | tail -n 2 | head -n 1
+    | tee "$OUT/bench_${name%%\?*}_$budget.log" | tail -n 2 | sed -n 1p
   tail -n 1 "$OUT/bench_${name%%\?*}_$budget.log" \
     | python -c "import json,sys; r=json.load(sys.stdin); r['budget']=$budget; print(json.dumps(r))" \
     >> "$OUT/figures.jsonl"
