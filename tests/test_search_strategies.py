@@ -189,3 +189,18 @@ def test_forked_feature_extraction_matches_serial(small, monkeypatch: pytest.Mon
     forked = make_tuner("xgb", small.space, 0, set(), context=ctx).features(configs)
     assert serial.shape == forked.shape and np.isfinite(serial).all()
     np.testing.assert_array_equal(serial, forked)
+
+
+def test_model_tuner_on_a_space_without_knobs() -> None:
+    from autotune.target import cpu_target
+    from autotune.te import make_workload
+    from schedules import make_space
+
+    space = make_space(make_workload("add", "7"), cpu_target())
+    assert space.knobs == []  # one schedule only
+    for ctx in (None, TuneContext(make_workload("add", "7"), cpu_target(), None)):
+        tuner = make_tuner("xgb", space, 0, set(), context=ctx)
+        first = tuner.next_batch(4)
+        assert first == [{}]
+        tuner.update(first, [1e-6])
+        assert tuner.next_batch(4) == []
