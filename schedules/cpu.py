@@ -41,10 +41,27 @@ MAX_PACK = 32768  # floats in a packed operand tile (128 KiB, about L2-resident)
 MAX_UNROLLED = 64  # vector statements in the unrolled register tile
 
 
-def _root_steps(stage: Stage, lanes: int) -> list[Step]:
-    """Parallel outer loops, vectorized innermost spatial loop (when it divides into vectors)."""
+def _vector_reducible(stage: Stage, lanes: int) -> bool:
+    """A reduction whose innermost spatial axis splits into whole vectors (pooling over NHWC)."""
+    return stage.is_reduction and stage.tensor.shape[-1] % lanes == 0 and stage.tensor.shape[-1] >= lanes
+
+
+def _root_steps(stage: Stage, lanes: int, vector_reduce: bool = False) -> list[Step]:
+    """Parallel outer loops, vectorized innermost spatial loop (when it divides into vectors). A
+    reduction keeps its reduction loops inside its spatial ones; with ``vector_reduce`` the
+    innermost spatial axis is split into vectors that stay innermost, under the reduction loops,
+    so every step of the reduction combines whole vectors."""
     names = [a.name for a in stage.axes]
     steps: list[Step] = []
+    if stage.is_reduction and vector_reduce and _vector_reducible(stage, lanes):
+        last = names[-1]
+        outer = names[:-1] + [f"{last}.0"]
+        reduce = [a.name for a in stage.reduce_axes]
+        steps += [SplitStep(stage.name, last, lanes),
+                  ReorderStep(stage.name, tuple(outer + reduce + [f"{last}.1"])),
+                  vectorize(stage.name, f"{last}.1")]
+        steps += [FuseStep(stage.name, tuple(outer))] if len(outer) > 1 else []
+        return steps + [parallel(stage.name, "@".join(outer))]
     if stage.is_reduction:
         if len(names) > 1:
             steps.append(FuseStep(stage.name, tuple(names)))
@@ -71,6 +88,10 @@ class CpuSketch(Sketch):
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
         knobs: list = [ChoiceKnob(f"inline_{n}", (1, 0)) for n in self.inline_knob]
+        if self.mode not in ("cache_write", "epilogue") and any(
+            _vector_reducible(st, self.lanes) for st in self.sch.stages
+        ):
+            knobs.append(ChoiceKnob("vector_reduce", (1, 0)))
         constraints = []
         if self.mode in ("cache_write", "epilogue"):
             knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
@@ -134,7 +155,7 @@ class CpuSketch(Sketch):
         if self.mode not in ("cache_write", "epilogue"):  # simple, and rowwise (a GPU-only plan)
             for st in self.sch.stages:
                 if st.name not in self.inline_always and st.name not in self.inline_knob or st.name in rooted:
-                    steps += _root_steps(st, self.lanes)
+                    steps += _root_steps(st, self.lanes, bool(c.get("vector_reduce", 0)))
             return steps
         for n in rooted:
             steps += _root_steps(self.sch.stage(n), self.lanes)

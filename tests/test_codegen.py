@@ -270,3 +270,18 @@ def test_constraints_exclude_oversized_register_tiles(host_target) -> None:  # n
     cfg.update(tile_i=[8, 2, 1, 4], tile_j=[64 // partial, 1, 1, partial])
     assert "vector_width" in space.violated(cfg)
     assert math.prod(cfg["tile_j"]) == 64 == math.prod(cfg["tile_i"])
+
+
+def test_lane_invariant_select_vectorizes(check_kernel, host_target) -> None:  # noqa: ANN001
+    """A padded max-pool over NHWC: the padding test depends on the spatial position only, so the
+    channel vector becomes ``cond ? vload : broadcast`` instead of a scalar ``omp simd`` loop."""
+    pytest.importorskip("onnx")
+    from autotune.graph.compiler import prepare
+
+    prepared = prepare(f"zoo:resnet18?image=32,width={host_target.vector_lanes}")
+    task = next(t for t in prepared.tasks if t.workload.name.startswith("max_pool"))
+    space = make_space(task.workload, host_target)
+    cfg = next(c for c in space if all(v == 1 for k, v in c.items() if k.startswith("inline_")))
+    prog = check_kernel(task.workload, space.steps(cfg))
+    assert "? at_vload(" in prog.source and "at_bcast(" in prog.source
+    assert "#pragma omp simd" not in prog.source

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VLoad, VStore
+from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VLoad, VSelect, VStore
 from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
@@ -62,6 +62,8 @@ static inline {v} at_vmin({v} a, {v} b) {{
             if e.op in _VOPS:
                 return f"({a} {_VOPS[e.op]} {b})"
             return f"at_v{e.op}({a}, {b})"
+        if isinstance(e, VSelect):
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         if isinstance(e, Gather):
             return f"(({self.vtype}){{{', '.join(self.expr(x) for x in e.elems)}}})"
         return super().vector_expr(e)

@@ -13,6 +13,7 @@ from ..ir.nodes import (
     Stmt,
     VBinary,
     VLoad,
+    VSelect,
     VStore,
 )
 from ..ir.simplify import linear, multiple_of
@@ -141,6 +142,8 @@ class CudaRenderer(CStyleRenderer):
             return f"at_bcast4({self.expr(e.value)})"
         if isinstance(e, VBinary):
             return f"at_{e.op}4({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, VSelect):
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         if isinstance(e, Gather):
             return "make_float4(" + ", ".join(self.expr(x) for x in e.elems) + ")"
         return super().vector_expr(e)

@@ -76,6 +76,18 @@ class VBinary(Expr):
         return f"v{self.op}({self.a!r}, {self.b!r})"
 
 
+class VSelect(Expr):
+    """Lane-wise choice between two vectors under one scalar (lane-invariant) condition."""
+
+    __slots__ = ("cond", "t", "f", "lanes", "dtype")
+
+    def __init__(self, cond: Expr, t: Expr, f: Expr, lanes: int) -> None:
+        self.cond, self.t, self.f, self.lanes, self.dtype = cond, t, f, lanes, t.dtype
+
+    def __repr__(self) -> str:
+        return f"vselect({self.cond!r}, {self.t!r}, {self.f!r})"
+
+
 class Gather(Expr):
     """A vector assembled from scalar expressions, one a lane."""
 

@@ -11,6 +11,7 @@ from ..te.expr import (
     Expr,
     FloatImm,
     IntImm,
+    Select,
     Var,
     children,
     substitute,
@@ -31,6 +32,7 @@ from .nodes import (
     Store,
     VBinary,
     VLoad,
+    VSelect,
     VStore,
     seq,
 )
@@ -112,13 +114,16 @@ def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
         return Broadcast(_subst_deep(e.value, mapping), e.lanes)
     if isinstance(e, VBinary):
         return VBinary(e.op, _subst_deep(e.a, mapping), _subst_deep(e.b, mapping), e.lanes)
+    if isinstance(e, VSelect):
+        return VSelect(_subst_deep(e.cond, mapping), _subst_deep(e.t, mapping), _subst_deep(e.f, mapping),
+                       e.lanes)
     if isinstance(e, Gather):
         return Gather(tuple(_subst_deep(x, mapping) for x in e.elems))
     return substitute(e, mapping) if not _has_ir_nodes(e) else _rebuild_deep(e, mapping)
 
 
 def _has_ir_nodes(e: Expr) -> bool:
-    return any(isinstance(n, (Load, VLoad, Broadcast, VBinary, Gather)) for n in _walk_deep(e))
+    return any(isinstance(n, (Load, VLoad, Broadcast, VBinary, VSelect, Gather)) for n in _walk_deep(e))
 
 
 def _walk_deep(e: Expr):  # noqa: ANN202
@@ -132,6 +137,10 @@ def _walk_deep(e: Expr):  # noqa: ANN202
     elif isinstance(e, VBinary):
         yield from _walk_deep(e.a)
         yield from _walk_deep(e.b)
+    elif isinstance(e, VSelect):
+        yield from _walk_deep(e.cond)
+        yield from _walk_deep(e.t)
+        yield from _walk_deep(e.f)
     elif isinstance(e, Gather):
         for x in e.elems:
             yield from _walk_deep(x)
@@ -217,6 +226,13 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
         a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
         b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
         return VBinary(e.op, a, b, lanes)
+    if isinstance(e, Select) and e.dtype in FLOAT_DTYPES and var not in free_vars_deep(e.cond):
+        # one condition for every lane (e.g. a padding test on the spatial position of a pool)
+        t = _vec_expr(e.t, var, base, lanes)
+        f = _vec_expr(e.f, var, base, lanes)
+        t = t if getattr(t, "lanes", 1) > 1 else Broadcast(t, lanes)
+        f = f if getattr(f, "lanes", 1) > 1 else Broadcast(f, lanes)
+        return VSelect(e.cond, t, f, lanes)
     raise _NotVectorizable(type(e).__name__)
 
 
