@@ -7,7 +7,9 @@ Rules:
   tile per step) and an inner level; the accumulator lives in registers (cache_write local, or the
   reduction itself when an elementwise epilogue is fused into the tile); every reused operand is
   staged in shared memory, fetched cooperatively by the whole block (optionally 16 bytes a thread),
-  with optional padding of its rows against bank conflicts;
+  with optional padding of its rows against bank conflicts; a knob stores each tile with a spatial
+  dim innermost (A as [k][i], copied in A's own order so global reads stay coalesced) and another
+  copies per-k register fragments of every tile (float4 loads when the fragment allows);
 - every other stage: its spatial loops fused and spread over blocks x threads (x 4 lanes when the
   extent allows float4), one output element (or 4) a thread.
 Virtual threads are per-thread sub-tiles, lowered as unrolled loops.
