@@ -24,6 +24,8 @@ setup(
         # onnxruntime: the reference the compiled models are checked and benchmarked against
         "test": ["pytest>=7", "ruff>=0.4", "onnxruntime>=1.16"],
         "plot": ["matplotlib"],  # scripts/bench_search.py tuning curves
+        # bench.py --model --target cuda: the PyTorch eager / torch.compile baseline (GPU machines)
+        "torch": ["torch"],
     },
     entry_points={
         "console_scripts": [

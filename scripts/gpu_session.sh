@@ -2,6 +2,7 @@
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
 # Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
 #   PHASE: smoke | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
+#          | model (tune zoo:resnet18 for MODEL_TRIALS on the GPU, bench the CUDA module vs PyTorch)
 # Writes logs and JSON under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -13,20 +14,27 @@ phase=${1:-smoke}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from autotune.measure.cuda_device import query_device; import json; print(json.dumps(query_device()))" | tee "$OUT/device.json"
 if [ "$phase" = smoke ]; then
-  timeout 200 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
+  timeout 200 python3 -m pytest -q -x tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
   timeout 150 python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 32 --db "$DB" --json --no-progress 2>&1 | tail -5
   timeout 60 python3 scripts/tune.py --target cuda --op softmax --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
   timeout 60 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
   timeout 100 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
 fi
 if [ "$phase" = full ]; then
-  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
 fi
 if [ "$phase" = long ]; then
-  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
   # a kill by the timeout loses nothing: every trial is committed; a rerun tops up to 2000
   timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
     --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
+fi
+if [ "$phase" = model ]; then
+  M=${MODEL:-zoo:resnet18}
+  timeout ${MODEL_S:-420} python3 scripts/tune.py --model "$M" --target cuda --trials ${MODEL_TRIALS:-1000} --db "$DB" \
+    --batch-size ${BATCH:-16} --json 2>&1 | tail -3 | tee -a "$OUT/tune_model.txt"
+  timeout ${BENCH_S:-150} python3 scripts/bench.py --model "$M" --target cuda --db "$DB" --repeat 5 --json 2>&1 \
+    | tee "$OUT/bench_model.txt" | tail -3
 fi
 if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}

@@ -76,3 +76,30 @@ def test_cuda_module_matches_onnxruntime(spec: str, tmp_path: Path) -> None:
         np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
     costs = module.time(feeds, repeat=3, min_repeat_ms=5)
     assert len(costs) == 3 and all(c > 0 for c in costs)
+
+
+@pytest.mark.parametrize("spec", [MLP, "zoo:resnet18?image=32,width=8", BERT], ids=["mlp", "resnet", "bert"])
+def test_every_task_of_a_model_computes_right_on_the_gpu_path(spec: str, tmp_path: Path) -> None:
+    """The kernels a CUDA module would launch (each task's default GPU schedule), run through the
+    OpenMP emulation of the GPU lowering and checked against the task's float64 reference."""
+    from autotune.measure import Builder, BuildOptions, CpuRunner, RunOptions
+    from autotune.program import build_cuda_emulation
+    from autotune.search.measure_batch import tolerances
+
+    target = offline_cuda_target("sm_90")
+    prepared = prepare(spec)
+    rng = np.random.default_rng(2)
+    with Builder(BuildOptions(cache_dir=tmp_path)) as builder, CpuRunner() as runner:
+        for task in prepared.tasks:
+            wl = task.workload
+            choice = choose_schedule(task, target, None)
+            prog = build_cuda_emulation(wl, choice.steps, target)
+            built = builder.build(prog.kernel_name, prog.source)
+            assert built.error_kind is None, (task.label, built.error_msg)
+            inputs = wl.random_inputs(rng)
+            ref = wl.run_reference(inputs)
+            rtol, atol = tolerances(ref)
+            runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
+            r = runner.run(built.lib_path, prog.kernel_name, wl.key,
+                           RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
+            assert r.error_kind is None, (task.label, choice.config, r.error_msg)

@@ -47,11 +47,13 @@ class CudaEmulationRenderer(CpuRenderer):
             lines.append("  " + alloc)
         for k in kernels:
             self.block_dims, self.threads, self.in_team = dict(k.block), max(k.threads, 1), False
-            lines.append(f"  /* kernel {k.name} grid={k.grid} block={k.block} */")
+            # each kernel in its own scope: its team's declarations must not meet the next one's
+            lines.append(f"  {{ /* kernel {k.name} grid={k.grid} block={k.block} */")
             if any(isinstance(n, For) and n.kind.startswith("blockIdx") for n in _top_loops(k.body)):
-                lines += self.stmt(k.body, 1)
+                lines += self.stmt(k.body, 2)
             else:
-                lines += self._team(k.body, 1)
+                lines += self._team(k.body, 2)
+            lines.append("  }")
         lines += [f"  free({b.name});" for b in workspace]
         lines.append("}")
         return "\n".join(lines) + "\n"

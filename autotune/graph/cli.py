@@ -4,6 +4,7 @@ model arguments, loading with one-line errors, the model tuning and benchmark ru
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -175,6 +176,19 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> tuple[flo
 
 
 # --- bench --model ------------------------------------------------------------------------------------
+def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) -> tuple[Any, dict, list]:
+    """The module built from the DB's best schedules, its random inputs, and its outputs on them."""
+    db = open_db(args.db, create=False)
+    try:
+        module = build_module(model, target, db, args.layout)
+    finally:
+        db.close()
+    print(f"target: {target.describe()} [{target.key}]", flush=True)
+    print(module.summary.line(), flush=True)
+    feeds = module.random_inputs(np.random.default_rng(getattr(args, "seed", 0)))
+    return module, feeds, module.run(feeds)
+
+
 def run_model_bench(args: argparse.Namespace) -> int:
     """``bench.py --model``: compile with the best-known schedules, check against onnxruntime on the
     same random inputs, time both in one run."""
@@ -184,18 +198,10 @@ def run_model_bench(args: argparse.Namespace) -> int:
         raise UsageError("--repeat must be >= 1 and --min-repeat-ms >= 0")
     model = load(args.model, args.input_shape)
     target = resolve_target(args.target)
-    if target.kind != "cpu":
-        raise UsageError("bench.py --model supports --target cpu only (no CUDA module backend yet)")
-    db = open_db(args.db, create=False)
-    try:
-        module = build_module(model, target, db, args.layout)
-    finally:
-        db.close()
-    print(f"target: {target.describe()} [{target.key}]", flush=True)
-    print(module.summary.line(), flush=True)
+    if target.kind == "cuda":
+        return run_model_bench_cuda(args, model, target)
+    module, feeds, ours = _compile_and_run(args, model, target)
     session = onnxruntime_session(model)
-    feeds = module.random_inputs(np.random.default_rng(getattr(args, "seed", 0)))
-    ours = module.run(feeds)
     ref = session.run(None, feeds)
     err, rel = compare(ours, ref)
     # repeats interleaved (ours, onnxruntime, ours, ...) so a change in machine load hits both sides
@@ -244,6 +250,60 @@ def run_model_bench(args: argparse.Namespace) -> int:
                 }
             )
         )
+    return 0 if ok else 1
+
+
+def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: Any) -> int:
+    """``bench.py --model --target cuda``: our CUDA module (one CUDA graph per run) against PyTorch
+    eager and ``torch.compile`` on the same device and inputs; outputs checked against onnxruntime
+    (the numpy reference interpreter where onnxruntime is not installed)."""
+    from .interpreter import run_graph
+    from .torch_eager import TorchModel
+
+    module, feeds, ours = _compile_and_run(args, model, target)
+    if importlib.util.find_spec("onnxruntime") is not None:
+        ref, ref_name = onnxruntime_session(model).run(None, feeds), "onnxruntime"
+    else:  # the GPU machine's image has no onnxruntime
+        ref, ref_name = run_graph(model.graph, feeds), "numpy reference interpreter"
+    err, rel = compare(ours, ref)
+    torch_model = TorchModel(model.graph, "cuda")
+    t_err, _ = compare(torch_model.run(feeds), ref)
+    ours_t, eager_t = [], []
+    for _ in range(args.repeat):  # interleaved, as on the CPU
+        ours_t += module.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
+        eager_t += torch_model.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
+    try:
+        compiled_s: float | None = statistics.median(
+            torch_model.time(feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, compiled=True)
+        )
+        compile_note = ""
+    except Exception as exc:  # noqa: BLE001 - torch.compile is optional: report why it is missing
+        compiled_s, compile_note = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    ours_s, eager_s = statistics.median(ours_t), statistics.median(eager_t)
+    ok = rel <= 1e-3
+    print(
+        f"{model.graph.name}: ours {ours_s * 1e3:.3f} ms, PyTorch eager {eager_s * 1e3:.3f} ms "
+        f"(speedup {eager_s / ours_s:.2f}x)"
+        + (f", torch.compile {compiled_s * 1e3:.3f} ms ({compiled_s / ours_s:.2f}x)" if compiled_s else
+           f", torch.compile unavailable ({compile_note})")
+        + f"; max abs err {err:.2e} vs {ref_name} (relative {rel:.1e})" + ("" if ok else "  WRONG OUTPUT"),
+        flush=True,
+    )
+    if args.json:
+        s = module.summary
+        print(json.dumps({
+            "model": model.graph.name, "model_spec": model.spec, "target": target.key,
+            "target_kind": target.kind, "db": args.db, "layout": s.layout,
+            "latency_s": ours_s, "baseline": "torch_eager", "baseline_latency_s": eager_s,
+            "speedup": eager_s / ours_s, "torch_compile_latency_s": compiled_s,
+            "torch_compile_speedup": compiled_s / ours_s if compiled_s else None,
+            "torch_compile_note": compile_note,
+            "tuned_subgraphs": s.tuned_calls, "fallback_subgraphs": s.calls - s.tuned_calls,
+            "fallback": s.fallback, "tasks": s.tasks, "tuned_tasks": s.tuned_tasks,
+            "peak_arena_bytes": s.arena_bytes, "naive_intermediate_bytes": s.naive_bytes,
+            "max_abs_err": err, "max_rel_err": rel, "reference": ref_name,
+            "torch_max_abs_err": t_err, "ok": ok,
+        }))
     return 0 if ok else 1
 
 

@@ -1,0 +1,175 @@
+"""PyTorch eager execution of an imported graph: the GPU baseline of ``bench.py --model --target
+cuda`` (and, optionally, the same module under ``torch.compile``).
+
+The graph is run as imported (ONNX semantics, NCHW), before any of our passes: every node becomes
+the obvious PyTorch call (``F.conv2d``, ``torch.matmul``, ``F.layer_norm``...), weights live on
+the device as tensors, shape-only nodes (Reshape, Flatten, ...) reshape to the shape the frontend
+inferred, and nodes whose inputs are all constants (Constant, Shape, Gather on shapes...) are folded
+once with the numpy reference before timing. ``torch`` is imported only here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .ir import Graph, GraphError
+from .ops import (
+    ALIAS,
+    FOLD,
+    conv_params,
+    evaluate,
+    layernorm_axis,
+    op_def,
+    pool_params,
+    softmax_axes,
+    transpose_perm,
+)
+
+
+def _unary(torch: Any) -> dict[str, Callable[[Any], Any]]:
+    return {
+        "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf,
+        "Sqrt": torch.sqrt, "Exp": torch.exp, "Neg": torch.neg, "Abs": torch.abs,
+        "Reciprocal": torch.reciprocal,
+    }
+
+
+def _binary(torch: Any) -> dict[str, Callable[[Any, Any], Any]]:
+    return {
+        "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div, "Pow": torch.pow,
+        "Max": torch.maximum, "Min": torch.minimum,
+    }
+
+
+class TorchModel:
+    """``run(feeds) -> outputs`` of a graph in PyTorch eager mode on ``device``."""
+
+    def __init__(self, graph: Graph, device: str = "cpu") -> None:
+        import torch
+        import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
+
+        self.torch, self.F, self.graph, self.device = torch, F, graph, device
+        self.unary, self.binary = _unary(torch), _binary(torch)
+        consts: dict[str, np.ndarray] = dict(graph.consts)
+        self.plan = []
+        for n in graph.nodes:
+            ins = [i for i in n.inputs if i]
+            if op_def(n.op).kind == FOLD or (ins and all(i in consts for i in ins)):
+                outs = evaluate(n, [consts[i] if i else None for i in n.inputs])
+                consts.update({o: v for o, v in zip(n.outputs, outs) if o})
+            else:
+                self._check(n)
+                self.plan.append(n)
+        # copies: folded constants may be read-only numpy views, which torch will not wrap
+        self.weights = {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in consts.items()}
+
+    def _check(self, n: Any) -> None:
+        known = {"Conv", "MatMul", "Gemm", "BatchNormalization", "Softmax", "LayerNormalization",
+                 "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Gelu"}
+        if n.op in known or n.op in self.unary or n.op in self.binary or op_def(n.op).kind == ALIAS:
+            return
+        raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+
+    def _node(self, n: Any, xs: list[Any]) -> Any:  # noqa: C901 - one branch per operator
+        torch, F, a = self.torch, self.F, n.attrs
+        out_shape = self.graph.types[n.outputs[0]].shape
+        if n.op in self.unary:
+            return self.unary[n.op](xs[0])
+        if n.op in self.binary:
+            return self.binary[n.op](xs[0], xs[1])
+        if op_def(n.op).kind == ALIAS:
+            return xs[0].reshape(out_shape)
+        if n.op == "Gelu":
+            return F.gelu(xs[0], approximate=a.get("approximate", "none"))
+        if n.op == "Conv":
+            p = conv_params(n)
+            bias = xs[2] if len(xs) > 2 else None
+            return F.conv2d(xs[0], xs[1], bias, p["stride"], p["pad"], p["dilation"], p["groups"])
+        if n.op == "MatMul":
+            return torch.matmul(xs[0], xs[1])
+        if n.op == "Gemm":
+            b = xs[1].t() if a.get("transB", 0) else xs[1]
+            y = a.get("alpha", 1.0) * torch.matmul(xs[0], b)
+            return y + a.get("beta", 1.0) * xs[2] if len(xs) > 2 else y
+        if n.op == "BatchNormalization":
+            return F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a.get("epsilon", 1e-5))
+        if n.op == "Softmax":
+            axes = softmax_axes(n, xs[0].dim())
+            if len(axes) == 1:
+                return torch.softmax(xs[0], axes[0])
+            flat = xs[0].reshape(*xs[0].shape[: axes[0]], -1)
+            return torch.softmax(flat, -1).reshape(xs[0].shape)
+        if n.op == "LayerNormalization":
+            axis = layernorm_axis(n, xs[0].dim())
+            shape = tuple(xs[0].shape[axis:])
+            bias = xs[2].reshape(shape) if len(xs) > 2 else None
+            return F.layer_norm(xs[0], shape, xs[1].reshape(shape), bias, a.get("epsilon", 1e-5))
+        if n.op in ("MaxPool", "AveragePool"):
+            p = pool_params(n)
+            k, s, pad = (p["kh"], p["kw"]), p["stride"], p["pad"]
+            if n.op == "MaxPool":
+                return F.max_pool2d(xs[0], k, s, pad)
+            return F.avg_pool2d(xs[0], k, s, pad, count_include_pad=bool(p["count_include_pad"]))
+        if n.op == "GlobalAveragePool":
+            return xs[0].mean(dim=(2, 3), keepdim=True)
+        if n.op == "Transpose":
+            return xs[0].permute(*transpose_perm(n, xs[0].dim())).contiguous()
+        if n.op == "Concat":
+            return torch.cat(xs, dim=int(a.get("axis", 0)) % xs[0].dim())
+        raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+
+    def forward(self, *inputs: Any) -> list[Any]:
+        values = dict(self.weights)
+        values.update(zip(self.graph.inputs, inputs))
+        for n in self.plan:
+            values[n.outputs[0]] = self._node(n, [values[i] for i in n.inputs if i])
+        return [values[o] for o in self.graph.outputs]
+
+    def inputs(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
+        torch = self.torch
+        return [torch.as_tensor(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.graph.inputs]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        with self.torch.no_grad():
+            return [o.cpu().numpy() for o in self.forward(*self.inputs(feeds))]
+
+    def time(self, feeds: Mapping[str, np.ndarray], repeat: int = 5, min_repeat_ms: float = 50.0,
+             compiled: bool = False) -> list[float]:
+        """Seconds per forward pass (CUDA events on a GPU, wall clock on the CPU); ``compiled``
+        runs it under ``torch.compile``."""
+        torch = self.torch
+        fn = torch.compile(self.forward) if compiled else self.forward
+        xs = self.inputs(feeds)
+        cuda = self.device.startswith("cuda")
+        with torch.no_grad():
+            for _ in range(3):  # warm-up (and compilation)
+                fn(*xs)
+            number, costs = 1, []
+            while True:
+                dt = self._elapsed(fn, xs, number, cuda)
+                if dt * 1e3 >= min_repeat_ms or number >= 1 << 16:
+                    break
+                number = max(number * 2, int(math.ceil(number * min_repeat_ms / max(dt * 1e3, 1e-3))))
+            for _ in range(repeat):
+                costs.append(self._elapsed(fn, xs, number, cuda) / number)
+        return costs
+
+    def _elapsed(self, fn: Callable[..., Any], xs: list[Any], number: int, cuda: bool) -> float:
+        torch = self.torch
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(number):
+                fn(*xs)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3
+        import time
+
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*xs)
+        return time.perf_counter() - t0

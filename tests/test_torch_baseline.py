@@ -1,0 +1,42 @@
+"""The PyTorch-eager baseline of ``bench.py --model --target cuda``, checked on the CPU: it runs the
+imported graph node by node and must agree with onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from autotune.graph import zoo  # noqa: E402
+from autotune.graph.frontend import from_onnx  # noqa: E402
+from autotune.graph.ir import GraphError  # noqa: E402
+from autotune.graph.torch_eager import TorchModel  # noqa: E402
+
+SPECS = ["zoo:mlp?batch=2,inputs=16,hidden=32,classes=8", "zoo:resnet18?image=32,width=8",
+         "zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64"]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["mlp", "resnet", "bert"])
+def test_torch_eager_matches_onnxruntime(spec: str) -> None:
+    proto = zoo.make_model(spec)
+    graph = from_onnx(proto)
+    model = TorchModel(graph, "cpu")
+    rng = np.random.default_rng(11)
+    feeds = {n: rng.standard_normal(graph.types[n].shape).astype(np.float32) for n in graph.inputs}
+    ref = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for o, r in zip(model.run(feeds), ref):
+        assert o.shape == r.shape
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+    costs = model.time(feeds, repeat=2, min_repeat_ms=1)
+    assert len(costs) == 2 and all(c > 0 for c in costs)
+
+
+def test_unmapped_operator_is_named() -> None:
+    graph = from_onnx(zoo.make_model(SPECS[0]))
+    model = TorchModel(graph, "cpu")
+    model.plan[0].op = "NotAnOp"  # as if the frontend had learned an op this baseline does not map
+    with pytest.raises(GraphError, match="NotAnOp"):
+        model.run({n: np.ones(graph.types[n].shape, np.float32) for n in graph.inputs})
