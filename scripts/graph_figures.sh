@@ -14,8 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-graph_figures}
-RESNET_BUDGETS=${RESNET_BUDGETS:-"500 2000"}
-BERT_BUDGETS=${BERT_BUDGETS:-"500 2000"}
+RESNET_BUDGETS=${RESNET_BUDGETS-"500 2000"}  # set it empty to skip the model
+BERT_BUDGETS=${BERT_BUDGETS-"500 2000"}
 STRATEGY=${STRATEGY:-random}
 REPEAT=${REPEAT:-5}
 mkdir -p "$OUT"

@@ -193,8 +193,7 @@ class CudaModuleBackend(ModuleBackend):
     def __init__(self, target: Target, cache_dir: Path | None = None, **_: Any) -> None:
         self.target = target
         self.cache_dir = Path(cache_dir or Path.home() / ".cache" / "autotune" / "modules") / "cuda"
-        self._work_bytes: dict[str, int] = {}
-        self.last_source = ""
+        self._work_bytes: dict[str, int] = {}  # library -> workspace its calls need
 
     def build(
         self,
@@ -209,8 +208,7 @@ class CudaModuleBackend(ModuleBackend):
 
         by_name = {k.name: k.program for k in kernels}
         programs = check_programs([by_name[n] for n in call_kernels])
-        self.last_source = module_source(entry, calls, programs, graph, plan)
-        lib = build_module(self.last_source, self.target, self.cache_dir)
+        lib = build_module(module_source(entry, calls, programs, graph, plan), self.target, self.cache_dir)
         self._work_bytes[lib] = workspace_bytes(programs)
         return lib
 

@@ -37,9 +37,10 @@ class ModelTuner:
         self.seen: set[str] = set(exclude or ())
         self.ctx = context
         self.model = make_model(model, seed=seed, **(model_options or {}))
-        self.transfer = bool(transfer and (context is None or context.transfer))
-        self.name = model if self.transfer else f"{model}-no-transfer"
-        self.transfer = self.transfer and context is not None
+        # the record label says what was asked for: the strategy's or the context's (--no-transfer)
+        wants_transfer = bool(transfer and (context is None or context.transfer))
+        self.name = model if wants_transfer else f"{model}-no-transfer"
+        self.transfer = wants_transfer and context is not None  # transfer data come from the context
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
         self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
