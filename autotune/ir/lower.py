@@ -198,14 +198,14 @@ class _Lowerer:
                 inner = self._emit_attached_group(atts, regions, threads_at[lp], inner)
             update = For(lvar[lp], ext[lp], inner, kind)
             if pos == first_reduce and init is not None:
-                init_nest = init
-                for p2 in range(len(leaves) - 1, pos, -1):
-                    if leaves[p2].kind == "spatial":
-                        lp2 = leaves[p2]
-                        kind2 = _ANNOTATION_KIND.get(st.annotations.get(lp2, ""), "serial")
-                        # the init copy of a loop gets its own variable: each For binds one
-                        v2 = Var(lvar[lp2].name + "_init")
-                        init_nest = For(v2, ext[lp2], _rename(init_nest, lvar[lp2], v2), kind2)
+                # the init copy of each spatial loop inside the reduction gets its own variable
+                # (each For binds one), renamed in one pass over the init statement
+                inner = [lp2 for lp2 in leaves[pos + 1 :] if lp2.kind == "spatial"]
+                fresh = {lvar[lp2]: Var(lvar[lp2].name + "_init") for lp2 in inner}
+                init_nest = _rename(init, fresh) if fresh else init
+                for lp2 in reversed(inner):
+                    kind2 = _ANNOTATION_KIND.get(st.annotations.get(lp2, ""), "serial")
+                    init_nest = For(fresh[lvar[lp2]], ext[lp2], init_nest, kind2)
                 update = seq(init_nest, update)
                 if cross_thread:
                     update = seq(update, AllReduce(out.buffer, out_idx, st.body.combiner))
@@ -306,10 +306,10 @@ class _Lowerer:
         return rebuild(e, tuple(self.lower_expr(k, axis_value) for k in kids))
 
 
-def _rename(s: Stmt, old: Var, new: Var) -> Stmt:
+def _rename(s: Stmt, mapping: dict[Var, Var]) -> Stmt:
     from .passes import map_exprs
 
-    return map_exprs(s, lambda e: substitute(e, {old: new}))
+    return map_exprs(s, lambda e: substitute(e, mapping))
 
 
 def infer_region(
