@@ -121,6 +121,21 @@ class CStyleRenderer:
             return f"({one} / ({one} + exp{suffix}(-({args[0]}))))"
         return f"{name}{suffix}({', '.join(args)})"
 
+    def bound_loop(self, s: For, depth: int, index: str, launched: int) -> list[str]:
+        """A loop bound to a hardware index (``blockIdx``/``threadIdx``, or an emulation's thread
+        number): ``int var = index;``, guarded when it runs fewer iterations than ``launched``."""
+        pad = self.indent_unit * depth
+        v = s.var.name
+        head = [f"{pad}{{", f"{pad}  int {v} = {index};"]
+        if s.extent < launched:
+            return (
+                head
+                + [f"{pad}  if ({v} < {s.extent}) {{"]
+                + self.stmt(s.body, depth + 2)
+                + [f"{pad}  }}", f"{pad}}}"]
+            )
+        return head + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+
     def expr(self, e: Expr) -> str:
         if isinstance(e, IntImm):
             return str(e.value)

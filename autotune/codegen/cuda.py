@@ -63,17 +63,10 @@ class CudaRenderer(CStyleRenderer):
 
     def stmt(self, s: Stmt, depth: int) -> list[str]:
         pad = self.indent_unit * depth
-        if isinstance(s, For) and (s.kind.startswith("threadIdx") or s.kind.startswith("blockIdx")):
-            v = s.var.name
-            out = [f"{pad}{{", f"{pad}  int {v} = {s.kind};"]
-            if s.kind.startswith("threadIdx") and s.extent < self.block_dims.get(s.kind, s.extent):
-                return (
-                    out
-                    + [f"{pad}  if ({v} < {s.extent}) {{"]
-                    + self.stmt(s.body, depth + 2)
-                    + [f"{pad}  }}", f"{pad}}}"]
-                )
-            return out + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+        if isinstance(s, For) and s.kind.startswith("threadIdx"):
+            return self.bound_loop(s, depth, s.kind, self.block_dims.get(s.kind, s.extent))
+        if isinstance(s, For) and s.kind.startswith("blockIdx"):
+            return self.bound_loop(s, depth, s.kind, s.extent)
         if isinstance(s, Barrier):
             return [f"{pad}__syncthreads();"]
         if isinstance(s, AllReduce):

@@ -97,16 +97,7 @@ class CudaEmulationRenderer(CpuRenderer):
         if isinstance(s, For) and s.kind.startswith("threadIdx"):
             if s.kind != "threadIdx.x":
                 raise NotImplementedError("the emulation runs 1-D thread blocks (threadIdx.x)")
-            v = s.var.name
-            head = [f"{pad}{{", f"{pad}  int {v} = at_tx;"]
-            if s.extent < self.block_dims.get(s.kind, s.extent):
-                return (
-                    head
-                    + [f"{pad}  if ({v} < {s.extent}) {{"]
-                    + self.stmt(s.body, depth + 2)
-                    + [f"{pad}  }}", f"{pad}}}"]
-                )
-            return head + self.stmt(s.body, depth + 1) + [f"{pad}}}"]
+            return self.bound_loop(s, depth, "at_tx", self.block_dims.get(s.kind, s.extent))
         if isinstance(s, Barrier):
             return [f"{pad}#pragma omp barrier"]
         if isinstance(s, AllReduce):
