@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VLoad, VSelect, VStore
+from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VCall, VLoad, VSelect, VStore
 from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
@@ -33,6 +33,24 @@ static inline {v} at_vmax({v} a, {v} b) {{
   at_i32x{n} m = a > b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
 static inline {v} at_vmin({v} a, {v} b) {{
   at_i32x{n} m = a < b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
+/* exp on every lane: x = k ln2 + r (Cody-Waite split of ln2), e^r by a degree-6 polynomial
+   (Cephes' expf coefficients, about 1 ulp), 2^k built in exponent bits; inputs clamped to
+   [-87.34, 88.72] (below: the smallest normal float instead of a denormal) */
+static inline {v} at_vexp({v} x) {{
+  x = at_vmin(at_vmax(x, at_bcast(-87.33654f)), at_bcast(88.72283f));
+  {v} fx = x * 1.44269504088896341f + 0.5f;
+  {v} t = __builtin_convertvector(__builtin_convertvector(fx, at_i32x{n}), {v});
+  t = t + __builtin_convertvector(t > fx, {v});  /* truncation -> floor (masks are -1) */
+  x = x - t * 0.693359375f - t * -2.12194440e-4f;
+  {v} y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * (x * x) + x + 1.0f;
+  at_i32x{n} k = __builtin_convertvector(t, at_i32x{n}), h = k >> 1;  /* 2^k = 2^h 2^(k-h): */
+  at_i32x{n} e1 = (h + 127) << 23, e2 = (k - h + 127) << 23;          /* both stay normal */
+  return y * ({v})e1 * ({v})e2; }}
 """
 
     def loop_pragma(self, s: For) -> str | None:
@@ -64,6 +82,8 @@ static inline {v} at_vmin({v} a, {v} b) {{
             return f"at_v{e.op}({a}, {b})"
         if isinstance(e, VSelect):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, VCall):
+            return f"at_v{e.name}({self.expr(e.arg)})"
         if isinstance(e, Gather):
             return f"(({self.vtype}){{{', '.join(self.expr(x) for x in e.elems)}}})"
         return super().vector_expr(e)

@@ -12,6 +12,7 @@ from ..ir.nodes import (
     Gather,
     Stmt,
     VBinary,
+    VCall,
     VLoad,
     VSelect,
     VStore,
@@ -27,6 +28,7 @@ __device__ __forceinline__ float4 at_sub4(float4 a, float4 b) { return make_floa
 __device__ __forceinline__ float4 at_mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 __device__ __forceinline__ float4 at_div4(float4 a, float4 b) { return make_float4(a.x / b.x, a.y / b.y, a.z / b.z, a.w / b.w); }
 __device__ __forceinline__ float4 at_max4(float4 a, float4 b) { return make_float4(fmaxf(a.x, b.x), fmaxf(a.y, b.y), fmaxf(a.z, b.z), fmaxf(a.w, b.w)); }
+__device__ __forceinline__ float4 at_exp4(float4 a) { return make_float4(expf(a.x), expf(a.y), expf(a.z), expf(a.w)); }
 __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_float4(fminf(a.x, b.x), fminf(a.y, b.y), fminf(a.z, b.z), fminf(a.w, b.w)); }
 """
 
@@ -137,6 +139,8 @@ class CudaRenderer(CStyleRenderer):
             return f"at_{e.op}4({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, VSelect):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, VCall):
+            return f"at_{e.name}4({self.expr(e.arg)})"
         if isinstance(e, Gather):
             return "make_float4(" + ", ".join(self.expr(x) for x in e.elems) + ")"
         return super().vector_expr(e)

@@ -76,6 +76,18 @@ class VBinary(Expr):
         return f"v{self.op}({self.a!r}, {self.b!r})"
 
 
+class VCall(Expr):
+    """A math function on every lane (``exp``): the renderers supply vector versions."""
+
+    __slots__ = ("name", "arg", "lanes", "dtype")
+
+    def __init__(self, name: str, arg: Expr, lanes: int) -> None:
+        self.name, self.arg, self.lanes, self.dtype = name, arg, lanes, arg.dtype
+
+    def __repr__(self) -> str:
+        return f"v{self.name}({self.arg!r})"
+
+
 class VSelect(Expr):
     """Lane-wise choice between two vectors under one scalar (lane-invariant) condition."""
 

@@ -8,6 +8,7 @@ from ..schedule.state import ScheduleError
 from ..te.expr import (
     FLOAT_DTYPES,
     Binary,
+    Call,
     Expr,
     FloatImm,
     IntImm,
@@ -31,6 +32,7 @@ from .nodes import (
     Stmt,
     Store,
     VBinary,
+    VCall,
     VLoad,
     VSelect,
     VStore,
@@ -114,6 +116,8 @@ def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
         return Broadcast(_subst_deep(e.value, mapping), e.lanes)
     if isinstance(e, VBinary):
         return VBinary(e.op, _subst_deep(e.a, mapping), _subst_deep(e.b, mapping), e.lanes)
+    if isinstance(e, VCall):
+        return VCall(e.name, _subst_deep(e.arg, mapping), e.lanes)
     if isinstance(e, VSelect):
         return VSelect(_subst_deep(e.cond, mapping), _subst_deep(e.t, mapping), _subst_deep(e.f, mapping),
                        e.lanes)
@@ -123,7 +127,8 @@ def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
 
 
 def _has_ir_nodes(e: Expr) -> bool:
-    return any(isinstance(n, (Load, VLoad, Broadcast, VBinary, VSelect, Gather)) for n in _walk_deep(e))
+    ir_nodes = (Load, VLoad, Broadcast, VBinary, VCall, VSelect, Gather)
+    return any(isinstance(n, ir_nodes) for n in _walk_deep(e))
 
 
 def _walk_deep(e: Expr):  # noqa: ANN202
@@ -137,6 +142,8 @@ def _walk_deep(e: Expr):  # noqa: ANN202
     elif isinstance(e, VBinary):
         yield from _walk_deep(e.a)
         yield from _walk_deep(e.b)
+    elif isinstance(e, VCall):
+        yield from _walk_deep(e.arg)
     elif isinstance(e, VSelect):
         yield from _walk_deep(e.cond)
         yield from _walk_deep(e.t)
@@ -202,6 +209,9 @@ def free_vars_deep(e: Expr) -> set[Var]:
     return {n for n in _walk_deep(e) if isinstance(n, Var)}
 
 
+VECTOR_CALLS = ("exp",)  # math functions the renderers have lane-wise versions of
+
+
 def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
     """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant)."""
     if var not in free_vars_deep(e):
@@ -226,6 +236,9 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
         a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
         b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
         return VBinary(e.op, a, b, lanes)
+    if isinstance(e, Call) and e.name in VECTOR_CALLS and e.dtype == "float32" and len(e.args) == 1:
+        a = _vec_expr(e.args[0], var, base, lanes)
+        return VCall(e.name, a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes), lanes)
     if isinstance(e, Select) and e.dtype in FLOAT_DTYPES and var not in free_vars_deep(e.cond):
         # one condition for every lane (e.g. a padding test on the spatial position of a pool)
         t = _vec_expr(e.t, var, base, lanes)
