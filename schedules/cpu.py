@@ -9,7 +9,9 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 - optional packing of one reused operand into a local buffer (cache_read with a layout that makes
   the innermost spatial axis contiguous), placed where it is reused across the other S2 loops;
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled;
-- every other stage: outer loops fused and parallel, innermost spatial loop vectorized.
+- every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
+  reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
+  innermost spatial axis under the reduction loops (knob ``vector_reduce``: lanes across rows).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ MAX_UNROLLED = 64  # vector statements in the unrolled register tile
 
 
 def _vector_reducible(stage: Stage, lanes: int) -> bool:
-    """A reduction whose innermost spatial axis splits into whole vectors (pooling over NHWC)."""
+    """A reduction whose innermost spatial axis splits into whole vectors (a row reduction over
+    many rows, a pool over NHWC channels)."""
     return stage.is_reduction and stage.tensor.shape[-1] % lanes == 0 and stage.tensor.shape[-1] >= lanes
 
 
