@@ -30,6 +30,8 @@ if [ "$phase" = long ]; then
     --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
 fi
 if [ "$phase" = model ]; then
+  timeout ${PYTEST_S:-120} python3 -m pytest -q tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 \
+    | tee "$OUT/pytest_model.txt"
   M=${MODEL:-zoo:resnet18}
   timeout ${MODEL_S:-420} python3 scripts/tune.py --model "$M" --target cuda --trials ${MODEL_TRIALS:-1000} --db "$DB" \
     --batch-size ${BATCH:-16} --json 2>&1 | tail -3 | tee -a "$OUT/tune_model.txt"
