@@ -166,6 +166,16 @@ def onnxruntime_session(model: LoadedModel, threads: int | None = None) -> Any:
     return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
 
 
+def reference_outputs(model: LoadedModel, feeds: dict) -> tuple[list[np.ndarray], str]:
+    """The model's outputs from onnxruntime, or from the numpy reference interpreter where
+    onnxruntime is not installed (the GPU machine's image); and which one it was."""
+    if importlib.util.find_spec("onnxruntime") is not None:
+        return onnxruntime_session(model).run(None, feeds), "onnxruntime"
+    from .interpreter import run_graph
+
+    return run_graph(model.graph, feeds), "numpy reference interpreter"
+
+
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float, float]:
     """(max abs error, the same relative to the largest reference magnitude)."""
     err = max(
@@ -257,14 +267,10 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     """``bench.py --model --target cuda``: our CUDA module (one CUDA graph per run) against PyTorch
     eager and ``torch.compile`` on the same device and inputs; outputs checked against onnxruntime
     (the numpy reference interpreter where onnxruntime is not installed)."""
-    from .interpreter import run_graph
     from .torch_eager import TorchModel
 
     module, feeds, ours = _compile_and_run(args, model, target)
-    if importlib.util.find_spec("onnxruntime") is not None:
-        ref, ref_name = onnxruntime_session(model).run(None, feeds), "onnxruntime"
-    else:  # the GPU machine's image has no onnxruntime
-        ref, ref_name = run_graph(model.graph, feeds), "numpy reference interpreter"
+    ref, ref_name = reference_outputs(model, feeds)
     err, rel = compare(ours, ref)
     torch_model = TorchModel(model.graph, "cuda")
     t_err, _ = compare(torch_model.run(feeds), ref)

@@ -202,6 +202,7 @@ class CompiledModule:
         executable: Any,
         summary: CompileSummary,
         entry_c: str,
+        entry_name: str = "",
     ) -> None:
         self.prepared = prepared
         self.graph = prepared.graph
@@ -209,7 +210,8 @@ class CompiledModule:
         self.choices = choices
         self.executable = executable
         self.summary = summary
-        self.entry_source = entry_c
+        self.entry_source = entry_c  # the C entry point (CPU) or the host launch sequence (CUDA)
+        self.entry_name = entry_name
 
     @property
     def input_names(self) -> list[str]:
@@ -345,5 +347,11 @@ def compile_model(
     )
     if verbose:
         print(summary.line(), file=sys.stderr, flush=True)
-    entry_c = entry_source(entry, prepared.calls, call_kernels, prepared.graph, plan, with_harness=False)
-    return CompiledModule(prepared, plan, choices, executable, summary, entry_c)
+    if target.kind == "cuda":
+        from .cuda_module import launch_lines
+
+        programs = [kernels[n].program for n in call_kernels]
+        entry_c = "\n".join(launch_lines(prepared.calls, programs, prepared.graph, plan)) + "\n"
+    else:
+        entry_c = entry_source(entry, prepared.calls, call_kernels, prepared.graph, plan, with_harness=False)
+    return CompiledModule(prepared, plan, choices, executable, summary, entry_c, entry)
