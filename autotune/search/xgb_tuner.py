@@ -224,7 +224,7 @@ class ModelTuner:
         picked: list[Config] = []
         if n_random < n:
             n_local = min(n - n_random, int(round(self.local * n)))
-            for _, c in self._local_candidates()[:n_local]:
+            for _, c in (self._local_candidates()[:n_local] if n_local > 0 else []):
                 taken.add(config_key(c))
                 picked.append(c)
             ranked = self._anneal()
