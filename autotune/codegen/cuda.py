@@ -90,16 +90,7 @@ class CudaRenderer(CStyleRenderer):
         ref = f"{s.buffer.name}[{self.expr(s.index)}]"
         lines = [f"{pad}{{", f"{pad}  float at_v = {ref};"]
         if threads % 32 and (threads > 32 or threads & (threads - 1)):
-            lines += [
-                f"{pad}  __shared__ float at_red[{threads}];",
-                f"{pad}  __syncthreads();",
-                f"{pad}  at_red[threadIdx.x] = at_v;",
-                f"{pad}  __syncthreads();",
-                f"{pad}  at_v = at_red[0];",
-                f"{pad}  for (int at_w = 1; at_w < {threads}; ++at_w) at_v = "
-                + comb.format(a="at_v", b="at_red[at_w]")
-                + ";",
-            ]
+            lines += _combine_in_shared(pad, threads, "at_red[threadIdx.x] = at_v;", comb)
             return lines + [f"{pad}  {ref} = at_v;", f"{pad}}}"]
         width = min(threads, 32)
         mask = "0xffffffffu" if width == 32 else f"0x{(1 << width) - 1:x}u"
@@ -110,16 +101,9 @@ class CudaRenderer(CStyleRenderer):
             + ";",
         ]
         if threads > 32:
-            lines += [
-                f"{pad}  __shared__ float at_red[32];",
-                f"{pad}  __syncthreads();",
-                f"{pad}  if ((threadIdx.x & 31) == 0) at_red[threadIdx.x >> 5] = at_v;",
-                f"{pad}  __syncthreads();",
-                f"{pad}  at_v = at_red[0];",
-                f"{pad}  for (int at_w = 1; at_w < {threads // 32}; ++at_w) at_v = "
-                + comb.format(a="at_v", b="at_red[at_w]")
-                + ";",
-            ]
+            # the shared array holds 32 slots whatever the warp count (up to 1024 threads)
+            store = "if ((threadIdx.x & 31) == 0) at_red[threadIdx.x >> 5] = at_v;"
+            lines += _combine_in_shared(pad, threads // 32, store, comb, size=32)
         return lines + [f"{pad}  {ref} = at_v;", f"{pad}}}"]
 
     def loop_pragma(self, s: For) -> str | None:
@@ -157,3 +141,16 @@ class CudaRenderer(CStyleRenderer):
             + " ".join(f"{s.buffer.name}[{b} + {i}] = at_t.{c};" for i, c in enumerate("xyzw"))
             + " }"
         )
+
+
+def _combine_in_shared(pad: str, slots: int, store: str, comb: str, size: int | None = None) -> list[str]:
+    """Each contributor stores its value to a shared slot (``store``); after a barrier every
+    thread combines the ``slots`` values into ``at_v``."""
+    return [
+        f"{pad}  __shared__ float at_red[{size or slots}];",
+        f"{pad}  __syncthreads();",
+        f"{pad}  {store}",
+        f"{pad}  __syncthreads();",
+        f"{pad}  at_v = at_red[0];",
+        f"{pad}  for (int at_w = 1; at_w < {slots}; ++at_w) at_v = " + comb.format(a="at_v", b="at_red[at_w]") + ";",
+    ]

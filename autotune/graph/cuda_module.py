@@ -29,6 +29,7 @@ from autotune.target import Target
 
 from .ir import Graph, GraphError
 from .memory import MemoryPlan, storage_of
+from .runtime import arg_expr
 from .tasks import KernelCall
 
 WORK_ALIGN = 256
@@ -36,16 +37,6 @@ WORK_ALIGN = 256
 
 class CudaModuleError(RuntimeError):
     """The CUDA module failed to build, load or run (the message says which and why)."""
-
-
-def _arg_expr(kind: str, index: int, n_inputs: int) -> str:
-    if kind == "input":
-        return f"M.io[{index}]"
-    if kind == "output":
-        return f"M.io[{n_inputs + index}]"
-    if kind == "const":
-        return f"M.consts[{index}]"
-    return f"(void*)(M.arena + {index})"
 
 
 def _workspace(prog: CudaSource) -> list[int]:
@@ -63,10 +54,7 @@ def launch_lines(calls: Sequence[KernelCall], programs: Sequence[CudaSource], gr
     n_in = len(graph.inputs)
     lines = []
     for i, (call, prog) in enumerate(zip(calls, programs)):
-        ptrs = []
-        for v in call.args:
-            s = storage_of(graph, plan, v)
-            ptrs.append(_arg_expr(s.kind, s.index, n_in))
+        ptrs = [arg_expr(storage_of(graph, plan, v), n_in, "M.io", "M.consts", "M.arena") for v in call.args]
         ptrs += [f"(void*)(M.work + {off})" for off in _workspace(prog)[:-1]]
         lines.append(f"  {{ /* call {i}: {call.group.nodes[0].op if call.group.nodes else ''} */")
         lines.append(f"    void* p[{len(ptrs)}] = {{{', '.join(ptrs)}}};")

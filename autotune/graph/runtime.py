@@ -33,6 +33,8 @@ from .ir import Graph, GraphError
 from .memory import MemoryPlan, Storage
 from .tasks import KernelCall
 
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "autotune" / "modules"  # built objects and libraries
+
 
 class ModuleBuildError(RuntimeError):
     """The generated module did not compile or link."""
@@ -70,14 +72,16 @@ class ModuleBackend:
         raise NotImplementedError
 
 
-def _arg_expr(s: Storage, n_inputs: int) -> str:
+def arg_expr(s: Storage, n_inputs: int, io: str = "io", consts: str = "c", arena: str = "a") -> str:
+    """The C pointer expression of one kernel argument, given the names of the caller's arrays
+    (inputs then outputs), the constant table and the arena in the generated entry point."""
     if s.kind == "input":
-        return f"io[{s.index}]"
+        return f"{io}[{s.index}]"
     if s.kind == "output":
-        return f"io[{n_inputs + s.index}]"
+        return f"{io}[{n_inputs + s.index}]"
     if s.kind == "const":
-        return f"c[{s.index}]"
-    return f"(void*)(a + {s.index})"
+        return f"{consts}[{s.index}]"
+    return f"(void*)({arena} + {s.index})"
 
 
 def entry_source(
@@ -103,7 +107,7 @@ def entry_source(
     ]
     n_in = len(graph.inputs)
     for call, kname in zip(calls, call_kernels):
-        ptrs = ", ".join(_arg_expr(storage_of(graph, plan, v), n_in) for v in call.args)
+        ptrs = ", ".join(arg_expr(storage_of(graph, plan, v), n_in) for v in call.args)
         lines.append(f"  {{ void* p[{len(call.args)}] = {{{ptrs}}}; {kname}(p); }}")
     lines.append("}")
     text = "\n".join(lines) + "\n"
@@ -125,7 +129,7 @@ class CpuModuleBackend(ModuleBackend):
         self.target = target
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.options = BuildOptions()
-        self.cache_dir = Path(cache_dir or Path.home() / ".cache" / "autotune" / "modules")
+        self.cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR)
         self.timeout_s = timeout_s
         self._keyer = Builder(self.options, workers=1)
 
@@ -192,7 +196,7 @@ class CudaModuleBackend(ModuleBackend):
 
     def __init__(self, target: Target, cache_dir: Path | None = None, **_: Any) -> None:
         self.target = target
-        self.cache_dir = Path(cache_dir or Path.home() / ".cache" / "autotune" / "modules") / "cuda"
+        self.cache_dir = Path(cache_dir or DEFAULT_CACHE_DIR) / "cuda"
         self._work_bytes: dict[str, int] = {}  # library -> workspace its calls need
 
     def build(
