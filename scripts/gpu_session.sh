@@ -2,7 +2,8 @@
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
 # Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
 #   PHASE: smoke | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
-#          | model (tune zoo:resnet18 for MODEL_TRIALS on the GPU, bench the CUDA module vs PyTorch)
+#          | model (tune zoo:resnet18 for MODEL_TRIALS on the GPU, bench the CUDA module vs PyTorch;
+#            PYTEST_S=0 skips its tests; BENCH_S=0 skips the op bench after tune)
 # Writes logs and JSON under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -29,9 +30,11 @@ if [ "$phase" = long ]; then
   timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
     --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
 fi
-if [ "$phase" = model ]; then
+if [ "$phase" = model ] && [ "${PYTEST_S:-120}" != 0 ]; then
   timeout ${PYTEST_S:-120} python3 -m pytest -q tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 \
     | tee "$OUT/pytest_model.txt"
+fi
+if [ "$phase" = model ]; then
   M=${MODEL:-zoo:resnet18}
   timeout ${MODEL_S:-420} python3 scripts/tune.py --model "$M" --target cuda --trials ${MODEL_TRIALS:-1000} --db "$DB" \
     --batch-size ${BATCH:-16} --json 2>&1 | tail -3 | tee -a "$OUT/tune_model.txt"
@@ -49,7 +52,7 @@ if [ "$phase" = tune ] || [ "$phase" = full ]; then
       --db "$DB" --json --no-progress --strategy ${STRATEGY:-random} --batch-size ${BATCH:-16} 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
   done
 fi
-if [ "$phase" = bench ] || [ "$phase" = tune ] || [ "$phase" = full ]; then
+if { [ "$phase" = bench ] || [ "$phase" = tune ] || [ "$phase" = full ]; } && [ "${BENCH_S:-240}" != 0 ]; then
   timeout ${BENCH_S:-240} python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 10 --min-repeat-ms 50 2>&1 | tee "$OUT/bench.txt" | tail -14
 fi
 cp "$DB" "$OUT/" 2>/dev/null || true

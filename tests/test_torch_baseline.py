@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 from autotune.graph import zoo  # noqa: E402
 from autotune.graph.frontend import from_onnx  # noqa: E402
 from autotune.graph.ir import GraphError  # noqa: E402
-from autotune.graph.torch_eager import TorchModel  # noqa: E402
+from autotune.graph.torch_eager import TorchModel, fastest_cudnn_mode, strict_fp32  # noqa: E402
 
 SPECS = ["zoo:mlp?batch=2,inputs=16,hidden=32,classes=8", "zoo:resnet18?image=32,width=8",
          "zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64"]
@@ -40,3 +40,33 @@ def test_unmapped_operator_is_named() -> None:
     model.plan[0].op = "NotAnOp"  # as if the frontend had learned an op this baseline does not map
     with pytest.raises(GraphError, match="NotAnOp"):
         model.run({n: np.ones(graph.types[n].shape, np.float32) for n in graph.inputs})
+
+
+@pytest.mark.parametrize("slow_mode", [False, True])
+def test_baseline_takes_the_faster_cudnn_setting(slow_mode: bool) -> None:
+    """Neither cudnn.benchmark setting is always faster; the baseline keeps whichever was."""
+    saved = torch.backends.cudnn.benchmark
+    try:
+        seen = []
+
+        def measure() -> list[float]:
+            mode = torch.backends.cudnn.benchmark
+            seen.append(mode)
+            return [3.0, 2.0, 9.0] if mode == slow_mode else [1.0, 2.5, 1.5]
+
+        best, costs = fastest_cudnn_mode(torch, measure)
+        assert seen == [False, True]
+        assert best is (not slow_mode) and torch.backends.cudnn.benchmark is best
+        assert costs[slow_mode] == [3.0, 2.0, 9.0]
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+def test_strict_fp32_turns_tf32_off() -> None:
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        strict_fp32(torch)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -267,17 +267,24 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     """``bench.py --model --target cuda``: our CUDA module (one CUDA graph per run) against PyTorch
     eager and ``torch.compile`` on the same device and inputs; outputs checked against onnxruntime
     (the numpy reference interpreter where onnxruntime is not installed)."""
-    from .torch_eager import TorchModel
+    from .torch_eager import CUDNN_BENCHMARK_MODES, TorchModel, faster_mode
 
     module, feeds, ours = _compile_and_run(args, model, target)
     ref, ref_name = reference_outputs(model, feeds)
     err, rel = compare(ours, ref)
     torch_model = TorchModel(model.graph, "cuda")
     t_err, _ = compare(torch_model.run(feeds), ref)
-    ours_t, eager_t = [], []
-    for _ in range(args.repeat):  # interleaved, as on the CPU
+    cudnn = torch_model.torch.backends.cudnn
+    ours_t: list[float] = []
+    eager_by_mode: dict[bool, list[float]] = {m: [] for m in CUDNN_BENCHMARK_MODES}
+    for _ in range(args.repeat):  # interleaved, as on the CPU; eager under both cuDNN settings
         ours_t += module.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
-        eager_t += torch_model.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
+        for mode in CUDNN_BENCHMARK_MODES:
+            cudnn.benchmark = mode
+            eager_by_mode[mode] += torch_model.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
+    mode = faster_mode(eager_by_mode)
+    cudnn.benchmark = mode
+    eager_t = eager_by_mode[mode]
     try:
         compiled_s: float | None = statistics.median(
             torch_model.time(feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, compiled=True)
@@ -301,6 +308,11 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
             "model": model.graph.name, "model_spec": model.spec, "target": target.key,
             "target_kind": target.kind, "db": args.db, "layout": s.layout,
             "latency_s": ours_s, "baseline": "torch_eager", "baseline_latency_s": eager_s,
+            "baseline_settings": "fp32 (TF32 off in cuBLAS and cuDNN), cudnn.benchmark "
+                                 + ("on" if mode else "off") + " (the faster of both)",
+            "eager_latency_s_by_cudnn_benchmark": {
+                ("on" if m else "off"): statistics.median(c) for m, c in eager_by_mode.items()
+            },
             "speedup": eager_s / ours_s, "torch_compile_latency_s": compiled_s,
             "torch_compile_speedup": compiled_s / ours_s if compiled_s else None,
             "torch_compile_note": compile_note,
