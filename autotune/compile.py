@@ -14,6 +14,7 @@ from records import TuningDatabase
 from schedules import make_space
 
 from .measure import TIMER_SYMBOL, Builder
+from .prepack import prepack_array
 from .program import Program, build_program
 from .schedule import ScheduleError, Step, step_from_dict
 from .search.tune import workload_label
@@ -77,6 +78,8 @@ class CompiledKernel:
                 raise ValueError(f"input {t.name!r}: expected dtype {want}, got {arr.dtype}")
             # copies only when the layout or the dtype is not what the kernel reads
             arrays.append(np.ascontiguousarray(arr, dtype=want))
+        for i, spec in self.program.prepack:  # constant operands the kernel reads pre-tiled
+            arrays[i] = prepack_array(arrays[i], spec)
         outputs = [np.empty(tuple(t.shape), dtype=np.dtype(t.dtype)) for t in self.workload.outputs]
         buffers = arrays + outputs
         args = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])

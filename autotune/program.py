@@ -12,6 +12,7 @@ from .ir.lower import lower_stages
 from .ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLoad, VStore
 from .ir.passes import _walk_deep, check_parallel, map_exprs, simplify_stmt, unroll_loops, vectorize_loops
 from .ir.printer import format_stmt
+from .prepack import PrepackSpec
 from .schedule import ScheduleError, Step, apply_steps
 from .target import Target
 from .te import Workload
@@ -25,6 +26,11 @@ class Program:
     kernel_name: str
     func: PrimFunc
     source: str
+
+    @property
+    def prepack(self) -> tuple[tuple[int, PrepackSpec], ...]:
+        """(argument index, layout) of every operand the kernel reads pre-tiled."""
+        return tuple((i, b.prepack) for i, b in enumerate(self.func.args) if b.prepack is not None)
 
 
 def kernel_name(workload: Workload) -> str:
@@ -149,6 +155,8 @@ def lower_cuda_kernels(
     """(kernels in launch order, argument buffers, workspace buffers): one kernel per root stage."""
     sch = apply_steps(workload.outputs, steps)
     args, heap, nests = lower_stages(sch, workload.args)
+    if any(b.prepack is not None for b in args):
+        raise ScheduleError("prepacked operands are a CPU schedule feature")
     base = kernel_name(workload)
     kernels = []
     for i, nest in enumerate(nests):

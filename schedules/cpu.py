@@ -7,7 +7,9 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
   "SSRSRS": spatial tiles S0 S1 on the tile stage, then R0 S2 R1 S3 on the compute stage, the
   accumulator in a local buffer (cache_write), or fused into an elementwise epilogue (compute_at);
 - optional packing of one reused operand into a local buffer (cache_read with a layout that makes
-  the innermost spatial axis contiguous), placed where it is reused across the other S2 loops;
+  the innermost spatial axis contiguous), placed where it is reused across the other S2 loops; an
+  operand that is a model constant can instead be stored in those tiles once, at compile time
+  (pack value ``<operand>@pre``, ``autotune.prepack``), so the kernel reads its tiles in place;
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled;
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
@@ -41,6 +43,7 @@ from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
 MAX_ACCUMULATOR = 16384  # floats in the local accumulator tile (64 KiB)
 MAX_PACK = 32768  # floats in a packed operand tile (128 KiB, about L2-resident)
 MAX_UNROLLED = 64  # vector statements in the unrolled register tile
+PREPACKED = "@pre"  # pack knob suffix: the operand (a model constant) is pre-tiled at compile time
 
 
 def _vector_reducible(stage: Stage, lanes: int) -> bool:
@@ -100,7 +103,8 @@ class CpuSketch(Sketch):
             knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
             knobs += [SplitKnob(f"tile_{a}", e, 2) for a, e in zip(self.reduce_axes, self.reduce_extents)]
             knobs.append(ChoiceKnob("parallel_depth", (1, 2)))
-            knobs.append(ChoiceKnob("pack", ("none", *self.pack_candidates)))
+            prepacked = tuple(f"{n}{PREPACKED}" for n in self.prepackable)
+            knobs.append(ChoiceKnob("pack", ("none", *self.pack_candidates, *prepacked)))
             knobs.append(ChoiceKnob("unroll", (1, 0)))
             constraints = [
                 ("vector_width", self._vector_ok),
@@ -129,7 +133,7 @@ class CpuSketch(Sketch):
     def _pack_ok(self, c: Config) -> bool:
         if c["pack"] == "none":
             return True
-        _, deps = self.pack_candidates[c["pack"]]
+        _, deps = self.pack_candidates[c["pack"].removesuffix(PREPACKED)]
         elems = 1
         for a in self.axes:
             if a in deps:
@@ -165,10 +169,12 @@ class CpuSketch(Sketch):
         T, R = self.tile_stage, self.compute_stage
         if self.mode == "cache_write":
             steps.append(CacheWriteStep(self.anchor.name))
-        pack = c["pack"]
+        pack, scope = c["pack"], "local"
+        if pack.endswith(PREPACKED):
+            pack, scope = pack.removesuffix(PREPACKED), "prepacked"
         if pack != "none":
             layout, deps = self.pack_candidates[pack]
-            steps.append(CacheReadStep(pack, (R,), layout))
+            steps.append(CacheReadStep(pack, (R,), layout, scope))
         # tile stage: S0 S1 | inner
         s0, s1, inner = [], [], []
         for ta, a in zip(self.tile_axes, self.axes):
@@ -198,8 +204,9 @@ class CpuSketch(Sketch):
         if pack != "none":
             outer = r0 + s2
             dep_loops = [x for x in outer if x.split(".")[0] in deps]
-            steps.append(ComputeAtStep(f"{pack}_local", R, dep_loops[-1] if dep_loops else outer[0]))
-            steps.append(vectorize(f"{pack}_local", f"a{len(layout) - 1}"))
+            steps.append(ComputeAtStep(f"{pack}_{scope}", R, dep_loops[-1] if dep_loops else outer[0]))
+            if scope == "local":  # a prepacked copy is made before the call, not in the kernel
+                steps.append(vectorize(f"{pack}_local", f"a{len(layout) - 1}"))
         if c["unroll"]:
             steps += [unroll(R, x) for x in s3[:-1]]
         steps.append(vectorize(R, s3[-1]))

@@ -111,8 +111,11 @@ class Sketch:
         self.extents = list(anchor.tensor.shape)
         self.reduce_axes = [a.name for a in anchor.reduce_axes]
         self.reduce_extents = [a.extent for a in anchor.reduce_axes]
-        # operands that could be packed: inputs of the anchor with reuse
+        # operands that could be packed: inputs of the anchor with reuse (those that are constants
+        # of a model can be packed once, at compile time: ``prepackable``)
         self.pack_candidates: dict[str, tuple[tuple[int, ...], set[str]]] = {}
+        consts = {self.workload.inputs[i].name for i in self.workload.const_inputs}
+        self.prepackable: list[str] = []
         spatial = {a.var: a.name for a in anchor.axes}
         reduce = {a.var: a.name for a in anchor.reduce_axes}
         last = anchor.axes[-1].var
@@ -129,6 +132,8 @@ class Sketch:
                 dims.append(last_dim)
             deps = {spatial.get(v) or reduce.get(v) for v in used if v in spatial or v in reduce}
             self.pack_candidates[r.tensor.name] = (tuple(dims), deps)
+            if r.tensor.name in consts:
+                self.prepackable.append(r.tensor.name)
 
     def _reads_through(self, stage: Stage, producer: Stage, inlined: set[str]) -> bool:
         """Does ``stage`` read ``producer`` directly or through stages that will be inlined?"""

@@ -10,7 +10,13 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 DB=${DB:-$OUT/cuda.db}
-if [ -n "${SEED_DB:-}" ] && [ ! -e "$DB" ]; then cp "$SEED_DB" "$DB"; fi  # resume a carried DB
+# resume a carried DB, or seed from a committed export (bench/h200_s3/*_records.jsonl.gz)
+if [ -n "${SEED_DB:-}" ] && [ ! -e "$DB" ]; then
+  case "$SEED_DB" in
+    *.jsonl.gz) python3 -c "import gzip, sys; from records import TuningDatabase as T; T(sys.argv[2]).import_jsonl(gzip.open(sys.argv[1], 'rt'))" "$SEED_DB" "$DB" ;;
+    *) cp "$SEED_DB" "$DB" ;;
+  esac
+fi
 phase=${1:-smoke}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "from autotune.measure.cuda_device import query_device; import json; print(json.dumps(query_device()))" | tee "$OUT/device.json"

@@ -9,6 +9,7 @@ known schedules -> memory plan -> one module.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from autotune.prepack import prepack_array
 from autotune.program import CudaSource, Program, build_cuda_program, build_program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
 from autotune.target import Target, cpu_target
@@ -25,7 +27,7 @@ from schedules import make_space
 
 from .frontend import from_onnx
 from .fusion import Group, fuse
-from .ir import Graph, GraphError
+from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, entry_source, make_backend
@@ -276,6 +278,35 @@ class CompiledModule:
         return f"CompiledModule({self.summary.line()})"
 
 
+def with_prepacked_weights(
+    graph: Graph, calls: Sequence[KernelCall], programs: Sequence[Any]
+) -> tuple[Graph, list[KernelCall]]:
+    """The graph and calls with every weight that a kernel reads pre-tiled (``autotune.prepack``)
+    replaced, for that call, by a constant holding the tiled copy; the copy is made here, once.
+    ``programs`` are the tasks' programs, indexed like ``Task`` numbers."""
+    consts, types = dict(graph.consts), dict(graph.types)
+    out: list[KernelCall] = []
+    for call in calls:
+        layouts = getattr(programs[call.task], "prepack", ())
+        if not layouts:
+            out.append(call)
+            continue
+        args = list(call.args)
+        for i, spec in layouts:
+            v = args[i]
+            if v not in graph.consts:
+                raise GraphError(f"{v!r} is read pre-tiled but is not a constant of the model")
+            name = f"{v}@tiles" + "x".join(str(t) for t in spec.tile) + "p" + "".join(map(str, spec.perm))
+            if name not in consts:
+                consts[name] = prepack_array(np.asarray(graph.consts[v]), spec)
+                types[name] = TensorType(tuple(consts[name].shape), str(consts[name].dtype))
+            args[i] = name
+        out.append(dataclasses.replace(call, args=args))
+    if all(a is b for a, b in zip(out, calls)):
+        return graph, list(calls)
+    return dataclasses.replace(graph, consts=consts, types=types), out
+
+
 def compile_model(
     model: Any,
     target: Target | None = None,
@@ -320,13 +351,14 @@ def compile_model(
         name = prog.kernel_name if isinstance(prog, Program) else kernel_name(c.task.workload)
         kernels.setdefault(name, KernelSource(name, prog.source, prog))
         names.append(name)
+    graph, calls = with_prepacked_weights(prepared.graph, prepared.calls, [kernels[n].program for n in names])
     t2 = time.perf_counter()
-    plan = plan_memory(prepared.graph, prepared.calls)
-    call_kernels = [names[call.task] for call in prepared.calls]
-    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in prepared.graph.name)[:40]
+    plan = plan_memory(graph, calls)
+    call_kernels = [names[call.task] for call in calls]
+    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in graph.name)[:40]
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
-    lib = backend.build(entry, list(kernels.values()), prepared.calls, call_kernels, prepared.graph, plan)
-    executable = backend.load(lib, entry, prepared.graph, plan)
+    lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
+    executable = backend.load(lib, entry, graph, plan)
     t3 = time.perf_counter()
     tuned_calls = sum(choices[c.task].tuned for c in prepared.calls)
     est = (
@@ -351,7 +383,7 @@ def compile_model(
         from .cuda_module import launch_lines
 
         programs = [kernels[n].program for n in call_kernels]
-        entry_c = "\n".join(launch_lines(prepared.calls, programs, prepared.graph, plan)) + "\n"
+        entry_c = "\n".join(launch_lines(calls, programs, graph, plan)) + "\n"
     else:
-        entry_c = entry_source(entry, prepared.calls, call_kernels, prepared.graph, plan, with_harness=False)
+        entry_c = entry_source(entry, calls, call_kernels, graph, plan, with_harness=False)
     return CompiledModule(prepared, plan, choices, executable, summary, entry_c, entry)

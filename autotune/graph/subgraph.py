@@ -5,11 +5,13 @@ A description::
 
     {"op": "graph_subgraph", "name": "conv2d_bias_add_relu",
      "params": {"out": "1x56x56x64", ...},            # for labels only
-     "inputs": [{"shape": [1, 56, 56, 64], "dtype": "float32", "range": [-1, 1]}, ...],
+     "inputs": [{"shape": [1, 56, 56, 64], "dtype": "float32", "range": [-1, 1]},
+                {"shape": [3, 3, 64, 64], "dtype": "float32", "range": [-1, 1], "const": true}, ...],
      "nodes": [{"op": "Conv", "attrs": {...}, "args": [["in", 0], ["in", 1], ["in", 2]]},
                {"op": "Add", "attrs": {}, "args": [["node", 0], ["in", 3]]},
                {"op": "Relu", "attrs": {}, "args": [["node", 1]]}]}
 
+An input marked ``const`` is a weight of the model (a CPU schedule may pre-tile it at compile time).
 An arg is ``["in", i]`` (a workload input), ``["node", j]`` (an earlier node's output),
 ``["scalar", v]`` (a constant folded into the expression) or ``null`` (an omitted optional input).
 The last node's output is the workload's one output.
@@ -94,6 +96,7 @@ def build_workload(spec: dict) -> SubgraphWorkload:
         reference=lambda *arrays: reference(spec, *arrays),
         params=dict(spec.get("params", {})),
         input_ranges=ranges,
+        const_inputs=tuple(i for i, d in enumerate(spec["inputs"]) if d.get("const")),
         spec=spec,
     )
 

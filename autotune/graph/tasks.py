@@ -122,6 +122,7 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
                 "shape": list(g.types[v].shape),
                 "dtype": g.types[v].dtype,
                 "range": list(ranges.get(v, (-1.0, 1.0))),
+                **({"const": True} if v in g.consts else {}),
             }
             for v in inputs
         ],

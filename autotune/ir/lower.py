@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..prepack import PrepackSpec
 from ..schedule.state import Fuse, Loop, Schedule, ScheduleError, Split, Stage
 from ..te.expr import (
     Binary,
@@ -40,6 +41,7 @@ class Placed:
 
     buffer: Buffer
     origin: list[Expr] | None = None  # per-dim start of the region held (None: whole tensor)
+    tiles: list[Expr] | None = None  # prepacked: per-dim tile index, before the in-tile index
 
 
 def _cname(text: str) -> str:
@@ -219,6 +221,9 @@ class _Lowerer:
         are complete)."""
         parts: list[Stmt] = []
         in_shared = False
+        atts = [att for att in atts if att.scope != "prepacked"]  # filled before the call
+        if not atts:
+            return rest
         for att in atts:
             shared = att.scope == "shared"
             if shared != in_shared:
@@ -278,6 +283,8 @@ class _Lowerer:
                 if isinstance(n, TensorRead) and n.tensor is att.tensor:
                     uses.append(([substitute(i, values) for i in n.indices], o_ranges))
         region = infer_region(att.tensor, uses)
+        if att.scope == "prepacked":
+            return self._place_prepacked(att, region)
         shape = [e for _, e in region]
         shape[-1] += att.storage_pad
         scope = "shared" if att.scope == "shared" else "local"
@@ -285,10 +292,40 @@ class _Lowerer:
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
         return region
 
+    def _place_prepacked(self, att: Stage, region: list[tuple[Expr, int]]) -> list[tuple[Expr, int]]:
+        """The kernel argument of a prepacked operand takes the place of the operand's own: all
+        of its tiles, the one a loop nest needs found from the region's origin. Every origin
+        must be a whole number of tiles (tiles do not overlap), else the copy stays in the kernel."""
+        src = att.body.tensor
+        pos = next((i for i, b in enumerate(self.arg_buffers) if b.name == _cname(src.name)), None)
+        if pos is None:
+            raise ScheduleError(f"prepacked {src.name} is not a kernel argument")
+        tiles: list[Expr] = []
+        for origin, ext in region:
+            lin = linear(origin, {})
+            if lin.const % ext or any(c % ext for _, c in lin.terms.values()):
+                raise ScheduleError(f"prepacked {src.name}: tiles of {ext} start at {origin}, not a multiple")
+            q = type(lin)(const=lin.const // ext)
+            for key, (atom, c) in lin.terms.items():
+                q.terms[key] = (atom, c // ext)
+            tiles.append(simplify(q.to_expr()))
+        perm = tuple(next(p for p, v in enumerate(src_index_vars(att)) if v is a.var) for a in att.axes)
+        spec = PrepackSpec(
+            perm=perm,
+            tile=tuple(e for _, e in region),
+            counts=tuple(-(-size // e) for (_, e), size in zip(region, att.tensor.shape)),
+        )
+        buf = Buffer(_cname(src.name), src.dtype, spec.shape, "arg", prepack=spec)
+        self.arg_buffers[pos] = buf
+        self.placed[att.tensor] = Placed(buf, [m for m, _ in region], tiles)
+        return region
+
     # --- expressions --------------------------------------------------------------------------
     def _index(self, t: Tensor, placed: Placed, idx: list[Expr]) -> Expr:
         if placed.origin is not None:
             idx = [i - o for i, o in zip(idx, placed.origin)]
+        if placed.tiles is not None:
+            idx = placed.tiles + idx
         return flat_index(placed.buffer.shape, idx)
 
     def lower_expr(self, e: Expr, axis_value: dict[Var, Expr]) -> Expr:
@@ -304,6 +341,12 @@ class _Lowerer:
         if not kids:
             return e
         return rebuild(e, tuple(self.lower_expr(k, axis_value) for k in kids))
+
+
+def src_index_vars(copy_stage: Stage) -> list[Var]:
+    """Per source dim, the copy axis variable that indexes it (cache_read bodies read
+    ``src[..]`` with one copy axis per dim)."""
+    return list(copy_stage.body.indices)
 
 
 def _rename(s: Stmt, mapping: dict[Var, Var]) -> Stmt:

@@ -6,18 +6,24 @@ Expressions reuse the te nodes (autotune.te.expr); this module adds the memory-l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..te.expr import Expr, Var
+
+if TYPE_CHECKING:
+    from ..prepack import PrepackSpec
 
 
 @dataclass(eq=False)
 class Buffer:
-    """A flat array. ``scope`` is "arg" (kernel argument), "global" (kernel-owned heap) or "local"."""
+    """A flat array. ``scope`` is "arg" (kernel argument), "global" (kernel-owned heap) or "local".
+    An argument with ``prepack`` holds its operand in that tiled layout (``autotune.prepack``)."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
     scope: str = "arg"
+    prepack: PrepackSpec | None = None
 
     @property
     def size(self) -> int:

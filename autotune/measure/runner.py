@@ -14,6 +14,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from ..prepack import PrepackSpec
 from .errors import ErrorKind
 from .worker import worker_main
 
@@ -28,6 +29,8 @@ class RunOptions:
     timeout_s: float = 20.0
     rtol: float = 1e-4
     atol: float = 1e-4
+    # (input index, layout): inputs the kernel reads pre-tiled, re-laid out before the run (untimed)
+    prepack: tuple[tuple[int, PrepackSpec], ...] = ()
 
     def __post_init__(self) -> None:
         if self.number < 1 or self.repeat < 1:
@@ -152,6 +155,7 @@ class CpuRunner:
                     "min_repeat_ms": options.min_repeat_ms,
                     "rtol": options.rtol,
                     "atol": options.atol,
+                    "prepack": options.prepack,
                 }
                 reply = self._request(("run", lib_path, kernel_name, task_id, opts), options.timeout_s)
             except _WorkerCrashed as e:

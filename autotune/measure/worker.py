@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..prepack import prepack_array
 from .harness import TIMER_SYMBOL
 
 # Libraries stay loaded (fast reruns) but a long tuning session must not run
@@ -153,6 +154,8 @@ class _State:
         # Fresh input copies: a kernel that scribbles on its inputs must not
         # poison the correctness check of later candidates.
         inputs = [a.copy() for a in task.inputs]
+        for i, spec in opts.get("prepack", ()):
+            inputs[i] = prepack_array(inputs[i], spec)
         outputs = [poisoned(s, d) for s, d in task.specs]
         arrays = inputs + outputs
         args = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])

@@ -300,15 +300,22 @@ def cache_read(
     """Copy ``tensor`` into a ``scope`` buffer that ``readers`` read instead.
 
     ``layout`` permutes the dims of the copy (``copy[d0', d1', ...] = tensor[...]``), so a strided
-    operand can be packed contiguous for the innermost loop (a transposing copy).
+    operand can be packed contiguous for the innermost loop (a transposing copy). ``prepacked``: the
+    copies of all tiles are made once, outside the kernel, and the kernel's argument holds them
+    (only for an input, placed like a local copy; see ``autotune.prepack``).
     """
-    if scope not in ("local", "shared"):
+    if scope not in ("local", "shared", "prepacked"):
         raise ScheduleError(f"unsupported cache scope {scope!r}")
     src = next((t for s in sch.stages for t in s.reads() if t.name == tensor_name), None)
     if src is None:
         raise ScheduleError(f"no stage reads a tensor named {tensor_name!r}")
     if not readers or any(src not in r.reads() for r in readers):
         raise ScheduleError(f"cache_read of {tensor_name}: every reader must read it")
+    if scope == "prepacked":
+        if not src.is_placeholder:
+            raise ScheduleError(f"only an input can be prepacked, {tensor_name} is computed")
+        if any(src in s.reads() for s in sch.stages if s not in readers):
+            raise ScheduleError(f"prepacked {tensor_name}: every stage reading it must read the copy")
     perm = tuple(range(src.ndim)) if layout is None else tuple(layout)
     if sorted(perm) != list(range(src.ndim)):
         raise ScheduleError(f"layout {perm} is not a permutation of {src.ndim} dims")

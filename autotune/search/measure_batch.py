@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -51,9 +52,11 @@ class Backend:
 class CpuBackend(Backend):
     def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
         prog = build_program(wl, steps, self.target)
-        return prog.kernel_name, prog.source, None
+        return prog.kernel_name, prog.source, prog.prepack
 
     def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
+        if payload:  # pre-tiled constant operands: the worker re-lays them out, untimed
+            options = dataclasses.replace(options, prepack=payload)
         return self.runner.run(lib_path, name, task_id, options)
 
 

@@ -133,10 +133,17 @@ class Workload:
     input_ranges: list[tuple[float, float]] | None = None
     # fast numpy composition on float32 inputs (for benchmarks); None: run ``reference`` instead
     baseline: Callable[..., list[np.ndarray]] | None = None
+    # inputs that are constants of a model (weights): a CPU schedule may store them pre-tiled
+    # (``autotune.prepack``), which changes what is timed, so they are part of the key
+    const_inputs: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
-        return structural_key(self.outputs)
+        key = structural_key(self.outputs)
+        if not self.const_inputs:
+            return key
+        blob = json.dumps([key, sorted(self.const_inputs)], separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     @property
     def flops(self) -> float:

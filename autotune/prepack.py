@@ -1,0 +1,47 @@
+"""Constant operands stored in the layout a kernel reads them in (Ansor's "layout rewrite").
+
+A CPU schedule may pack a reused operand into a small local buffer at some loop (``pack`` knob):
+each call then copies tile after tile of, say, a weight matrix before computing with it. When the
+operand is a constant of the model, the copy can be made once, at compile time: the whole tensor is
+stored as its tiles, one after the other, and the kernel reads the tile its loops are in directly.
+
+``PrepackSpec`` says how: permute the dims (``perm``, the cache stage's layout), cut each dim into
+``counts[d]`` tiles of ``tile[d]`` elements (zero-filled past the end), and store the tile indices
+first, the in-tile indices last: ``packed[t0, .., tn, e0, .., en] = src_perm[t0*T0 + e0, ...]``.
+The measurement worker applies it to its inputs before timing (the copy is not timed: it happens
+once per model load), the graph compiler to the model's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PrepackSpec:
+    perm: tuple[int, ...]  # dim d of the packed operand is dim perm[d] of the source
+    tile: tuple[int, ...]  # elements per tile, per (permuted) dim
+    counts: tuple[int, ...]  # tiles per (permuted) dim
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.counts + self.tile
+
+    def to_json(self) -> dict:
+        return {"perm": list(self.perm), "tile": list(self.tile), "counts": list(self.counts)}
+
+
+def prepack_array(src: np.ndarray, spec: PrepackSpec) -> np.ndarray:
+    """The packed copy of ``src`` (C-contiguous, same dtype)."""
+    a = np.transpose(src, spec.perm)
+    full = tuple(c * t for c, t in zip(spec.counts, spec.tile))
+    if full != a.shape:
+        if any(f < s for f, s in zip(full, a.shape)):
+            raise ValueError(f"prepack tiles {spec.tile} x {spec.counts} do not cover shape {a.shape}")
+        a = np.pad(a, [(0, f - s) for f, s in zip(full, a.shape)])
+    n = a.ndim
+    split = a.reshape([x for c, t in zip(spec.counts, spec.tile) for x in (c, t)])
+    order = [2 * d for d in range(n)] + [2 * d + 1 for d in range(n)]
+    return np.ascontiguousarray(split.transpose(order))

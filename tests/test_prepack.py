@@ -1,0 +1,129 @@
+"""Pre-tiled constant operands (``autotune.prepack``): the layout transform, kernels that read a
+weight's tiles in place (checked against numpy through the real runner), and compiled models whose
+tuned schedules use them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autotune.ir.nodes import Allocate
+from autotune.ir.passes import _walk_deep
+from autotune.measure import Builder, CpuRunner, RunOptions
+from autotune.prepack import PrepackSpec, prepack_array
+from autotune.program import build_program
+from autotune.schedule import ScheduleError
+from autotune.search.measure_batch import WorkloadMeasurer
+from autotune.target import cpu_target
+from autotune.te import library
+from schedules import make_space
+
+
+def test_prepack_array_is_the_tiled_transpose() -> None:
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((5, 7, 3)).astype(np.float32)
+    spec = PrepackSpec(perm=(2, 0, 1), tile=(3, 2, 4), counts=(1, 3, 2))  # 5 -> 3 x 2 tiles, padded
+    out = prepack_array(src, spec)
+    assert out.shape == (1, 3, 2, 3, 2, 4) and out.flags.c_contiguous
+    perm = src.transpose(2, 0, 1)
+    for t in np.ndindex(*spec.counts):
+        for e in np.ndindex(*spec.tile):
+            idx = tuple(ti * ts + ei for ti, ts, ei in zip(t, spec.tile, e))
+            want = perm[idx] if all(i < s for i, s in zip(idx, perm.shape)) else 0.0
+            assert out[t + e] == want
+    with pytest.raises(ValueError, match="do not cover"):
+        prepack_array(src, PrepackSpec((0, 1, 2), (2, 2, 3), (2, 4, 1)))
+
+
+def _const_matmul():  # noqa: ANN202
+    wl = library.dense_bias_relu(24, 48, 40)  # x[24,40] @ w -> 24x48, + bias, relu
+    return dataclasses.replace(wl, const_inputs=(1,))
+
+
+def test_constness_is_part_of_the_key_and_opens_the_prepacked_choice() -> None:
+    wl = _const_matmul()
+    plain = library.dense_bias_relu(24, 48, 40)
+    assert wl.key != plain.key
+    target = cpu_target()
+    choices = next(k.choices for k in make_space(wl, target).knobs if k.name == "pack")
+    plain_choices = next(k.choices for k in make_space(plain, target).knobs if k.name == "pack")
+    weight = wl.inputs[1].name
+    assert f"{weight}@pre" in choices and not any(c.endswith("@pre") for c in plain_choices)
+
+
+def _prepacked_configs(wl, n: int) -> list[dict]:  # noqa: ANN001
+    space = make_space(wl, cpu_target())
+    rng = np.random.default_rng(1)
+    out: list[dict] = []
+    while len(out) < n:
+        c = space.sample(rng)
+        if c["pack"].endswith("@pre"):
+            out.append(c)
+    return out
+
+
+def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
+    wl, target = _const_matmul(), cpu_target()
+    space = make_space(wl, target)
+    configs = _prepacked_configs(wl, 4)
+    steps = [space.steps(c) for c in configs]
+    for st in steps:
+        prog = build_program(wl, st, target)
+        (i, spec), = prog.prepack
+        assert i == 1 and prog.func.args[1].shape == spec.counts + spec.tile
+        local = [n for n in _walk_deep(prog.func.body) if isinstance(n, Allocate)]
+        assert not any(a.buffer.name.startswith(wl.inputs[1].name) for a in local)  # no copy in the kernel
+    runner = CpuRunner()
+    try:
+        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
+        trials = list(m.measure(configs, steps))
+    finally:
+        runner.close()
+    # the worker re-lays the weight out and checks the output against the float64 reference
+    assert [t.error_kind for t in trials] == [None] * len(configs), [t.error_msg for t in trials]
+
+
+def test_only_an_input_can_be_prepacked() -> None:
+    from autotune.schedule import CacheReadStep, apply_steps
+
+    wl = _const_matmul()
+    out = apply_steps(wl.outputs, []).stages[-1]
+    computed = next(t for t in out.reads() if not t.is_placeholder)
+    with pytest.raises(ScheduleError, match="only an input"):
+        apply_steps(wl.outputs, [CacheReadStep(computed.name, (out.name,), None, "prepacked")])
+
+
+def test_compiled_model_binds_tiled_weights_and_matches_onnxruntime(tmp_path) -> None:  # noqa: ANN001
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from autotune.graph import compile_model, zoo
+    from autotune.graph.compiler import prepare
+    from autotune.search.tune import register
+    from records import MeasurementRecord, TuningDatabase
+
+    spec = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8"
+    target = cpu_target()
+    prepared = prepare(spec, "NHWC")
+    with TuningDatabase(tmp_path / "t.db") as db:
+        tiled = 0
+        for t in prepared.tasks:
+            wl = t.workload
+            pack = next((k.choices for k in make_space(wl, target).knobs if k.name == "pack"), ())
+            if not any(c.endswith("@pre") for c in pack):
+                continue
+            cfg = _prepacked_configs(wl, 1)[0]
+            steps = [s.to_dict() for s in make_space(wl, target).steps(cfg)]
+            register(db, wl, target)
+            db.add_measurement(MeasurementRecord(t.key, target.key, cfg, steps, (1e-6,), None, verified=True))
+            tiled += 1
+        assert tiled >= 2  # the MLP's three dense layers have constant weights
+        module = compile_model(prepared, target, db, cache_dir=str(tmp_path / "m"), verbose=False)
+    assert module.summary.tuned_tasks == tiled
+    bound = [v for v in module.plan.consts if "@tiles" in v]
+    assert len(bound) == tiled
+    feeds = module.random_inputs(np.random.default_rng(5))
+    sess = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+    for o, r in zip(module.run(feeds), sess.run(None, feeds)):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
