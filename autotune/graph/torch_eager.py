@@ -85,7 +85,7 @@ class TorchModel:
 
         strict_fp32(torch)
         self.torch, self.F, self.graph, self.device = torch, F, graph, device
-        self.unary, self.binary = _unary(torch), _binary(torch)
+        self.handlers = self._handlers()
         consts: dict[str, np.ndarray] = dict(graph.consts)
         self.plan = []
         for n in graph.nodes:
@@ -99,60 +99,71 @@ class TorchModel:
         # copies: folded constants may be read-only numpy views, which torch will not wrap
         self.weights = {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in consts.items()}
 
-    def _check(self, n: Any) -> None:
-        known = {"Conv", "MatMul", "Gemm", "BatchNormalization", "Softmax", "LayerNormalization",
-                 "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Gelu"}
-        if n.op in known or n.op in self.unary or n.op in self.binary or op_def(n.op).kind == ALIAS:
-            return
-        raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+    def _handlers(self) -> dict[str, Callable[[Any, list[Any]], Any]]:
+        """op -> ``f(node, inputs)``: the one table both the check and the run go by."""
+        torch, F = self.torch, self.F
 
-    def _node(self, n: Any, xs: list[Any]) -> Any:  # noqa: C901 - one branch per operator
-        torch, F, a = self.torch, self.F, n.attrs
-        out_shape = self.graph.types[n.outputs[0]].shape
-        if n.op in self.unary:
-            return self.unary[n.op](xs[0])
-        if n.op in self.binary:
-            return self.binary[n.op](xs[0], xs[1])
-        if op_def(n.op).kind == ALIAS:
-            return xs[0].reshape(out_shape)
-        if n.op == "Gelu":
-            return F.gelu(xs[0], approximate=a.get("approximate", "none"))
-        if n.op == "Conv":
+        def gemm(n: Any, xs: list[Any]) -> Any:
+            b = xs[1].t() if n.attrs.get("transB", 0) else xs[1]
+            y = n.attrs.get("alpha", 1.0) * torch.matmul(xs[0], b)
+            return y + n.attrs.get("beta", 1.0) * xs[2] if len(xs) > 2 else y
+
+        def conv(n: Any, xs: list[Any]) -> Any:
             p = conv_params(n)
             bias = xs[2] if len(xs) > 2 else None
             return F.conv2d(xs[0], xs[1], bias, p["stride"], p["pad"], p["dilation"], p["groups"])
-        if n.op == "MatMul":
-            return torch.matmul(xs[0], xs[1])
-        if n.op == "Gemm":
-            b = xs[1].t() if a.get("transB", 0) else xs[1]
-            y = a.get("alpha", 1.0) * torch.matmul(xs[0], b)
-            return y + a.get("beta", 1.0) * xs[2] if len(xs) > 2 else y
-        if n.op == "BatchNormalization":
-            return F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a.get("epsilon", 1e-5))
-        if n.op == "Softmax":
+
+        def softmax(n: Any, xs: list[Any]) -> Any:
             axes = softmax_axes(n, xs[0].dim())
             if len(axes) == 1:
                 return torch.softmax(xs[0], axes[0])
             flat = xs[0].reshape(*xs[0].shape[: axes[0]], -1)
             return torch.softmax(flat, -1).reshape(xs[0].shape)
-        if n.op == "LayerNormalization":
+
+        def layernorm(n: Any, xs: list[Any]) -> Any:
             axis = layernorm_axis(n, xs[0].dim())
             shape = tuple(xs[0].shape[axis:])
             bias = xs[2].reshape(shape) if len(xs) > 2 else None
-            return F.layer_norm(xs[0], shape, xs[1].reshape(shape), bias, a.get("epsilon", 1e-5))
-        if n.op in ("MaxPool", "AveragePool"):
+            return F.layer_norm(xs[0], shape, xs[1].reshape(shape), bias, n.attrs.get("epsilon", 1e-5))
+
+        def pool(n: Any, xs: list[Any]) -> Any:
             p = pool_params(n)
-            k, s, pad = (p["kh"], p["kw"]), p["stride"], p["pad"]
+            k, st, pad = (p["kh"], p["kw"]), p["stride"], p["pad"]
             if n.op == "MaxPool":
-                return F.max_pool2d(xs[0], k, s, pad)
-            return F.avg_pool2d(xs[0], k, s, pad, count_include_pad=bool(p["count_include_pad"]))
-        if n.op == "GlobalAveragePool":
-            return xs[0].mean(dim=(2, 3), keepdim=True)
-        if n.op == "Transpose":
-            return xs[0].permute(*transpose_perm(n, xs[0].dim())).contiguous()
-        if n.op == "Concat":
-            return torch.cat(xs, dim=int(a.get("axis", 0)) % xs[0].dim())
-        raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+                return F.max_pool2d(xs[0], k, st, pad)
+            return F.avg_pool2d(xs[0], k, st, pad, count_include_pad=bool(p["count_include_pad"]))
+
+        table: dict[str, Callable[[Any, list[Any]], Any]] = {
+            "Gelu": lambda n, xs: F.gelu(xs[0], approximate=n.attrs.get("approximate", "none")),
+            "Conv": conv,
+            "MatMul": lambda n, xs: torch.matmul(xs[0], xs[1]),
+            "Gemm": gemm,
+            "BatchNormalization": lambda n, xs: F.batch_norm(
+                xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, n.attrs.get("epsilon", 1e-5)
+            ),
+            "Softmax": softmax,
+            "LayerNormalization": layernorm,
+            "MaxPool": pool,
+            "AveragePool": pool,
+            "GlobalAveragePool": lambda n, xs: xs[0].mean(dim=(2, 3), keepdim=True),
+            "Transpose": lambda n, xs: xs[0].permute(*transpose_perm(n, xs[0].dim())).contiguous(),
+            "Concat": lambda n, xs: torch.cat(xs, dim=int(n.attrs.get("axis", 0)) % xs[0].dim()),
+        }
+        table.update({op: lambda n, xs, f=f: f(xs[0]) for op, f in _unary(torch).items()})
+        table.update({op: lambda n, xs, f=f: f(xs[0], xs[1]) for op, f in _binary(torch).items()})
+        return table
+
+    def _check(self, n: Any) -> None:
+        if n.op not in self.handlers and op_def(n.op).kind != ALIAS:
+            raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+
+    def _node(self, n: Any, xs: list[Any]) -> Any:
+        if op_def(n.op).kind == ALIAS:  # shape-only: the shape the frontend inferred
+            return xs[0].reshape(self.graph.types[n.outputs[0]].shape)
+        handler = self.handlers.get(n.op)
+        if handler is None:
+            raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+        return handler(n, xs)
 
     def forward(self, *inputs: Any) -> list[Any]:
         values = dict(self.weights)
