@@ -30,7 +30,7 @@ from .fusion import Group, fuse
 from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
 from .passes import optimize
-from .runtime import KernelSource, check_inputs, entry_source, make_backend
+from .runtime import KernelSource, check_inputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
@@ -379,11 +379,5 @@ def compile_model(
     )
     if verbose:
         print(summary.line(), file=sys.stderr, flush=True)
-    if target.kind == "cuda":
-        from .cuda_module import launch_lines
-
-        programs = [kernels[n].program for n in call_kernels]
-        entry_c = "\n".join(launch_lines(calls, programs, graph, plan)) + "\n"
-    else:
-        entry_c = entry_source(entry, calls, call_kernels, graph, plan, with_harness=False)
+    entry_c = backend.entry_text(entry, list(kernels.values()), calls, call_kernels, graph, plan)
     return CompiledModule(prepared, plan, choices, executable, summary, entry_c, entry)

@@ -71,6 +71,18 @@ class ModuleBackend:
         """The runnable executable of a built library."""
         raise NotImplementedError
 
+    def entry_text(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> str:
+        """The generated call sequence, for people to read (``compile.py --show-entry``)."""
+        raise NotImplementedError
+
 
 def arg_expr(s: Storage, n_inputs: int, io: str = "io", consts: str = "c", arena: str = "a") -> str:
     """The C pointer expression of one kernel argument, given the names of the caller's arrays
@@ -188,6 +200,17 @@ class CpuModuleBackend(ModuleBackend):
     def load(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> CpuExecutable:
         return CpuExecutable(lib_path, entry, graph, plan)
 
+    def entry_text(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> str:
+        return entry_source(entry, calls, call_kernels, graph, plan, with_harness=False)
+
 
 class CudaModuleBackend(ModuleBackend):
     """nvcc: every kernel and the host launch sequence in one ``.cu`` -> one shared library."""
@@ -220,6 +243,20 @@ class CudaModuleBackend(ModuleBackend):
         from .cuda_module import CudaExecutable
 
         return CudaExecutable(lib_path, entry, graph, plan, self._work_bytes.get(lib_path, 0))
+
+    def entry_text(
+        self,
+        entry: str,
+        kernels: Sequence[KernelSource],
+        calls: Sequence[KernelCall],
+        call_kernels: Sequence[str],
+        graph: Graph,
+        plan: MemoryPlan,
+    ) -> str:
+        from .cuda_module import launch_lines
+
+        by_name = {k.name: k.program for k in kernels}
+        return "\n".join(launch_lines(calls, [by_name[n] for n in call_kernels], graph, plan)) + "\n"
 
 
 def make_backend(target: Target, **kwargs: Any) -> ModuleBackend:
