@@ -7,7 +7,8 @@ stored as its tiles, one after the other, and the kernel reads the tile its loop
 
 ``PrepackSpec`` says how: permute the dims (``perm``, the cache stage's layout), cut each dim into
 ``counts[d]`` tiles of ``tile[d]`` elements (zero-filled past the end), and store the tile indices
-first, the in-tile indices last: ``packed[t0, .., tn, e0, .., en] = src_perm[t0*T0 + e0, ...]``.
+first (in ``order``: the order the kernel's loops visit them), the in-tile indices last:
+``packed[t_order0, .., t_orderN, e0, .., en] = src_perm[t0*T0 + e0, ...]``.
 The measurement worker applies it to its inputs before timing (the copy is not timed: it happens
 once per model load), the graph compiler to the model's weights.
 """
@@ -24,13 +25,15 @@ class PrepackSpec:
     perm: tuple[int, ...]  # dim d of the packed operand is dim perm[d] of the source
     tile: tuple[int, ...]  # elements per tile, per (permuted) dim
     counts: tuple[int, ...]  # tiles per (permuted) dim
+    order: tuple[int, ...] | None = None  # the tile dims in storage order (None: 0, 1, ...)
+
+    @property
+    def tile_order(self) -> tuple[int, ...]:
+        return self.order if self.order is not None else tuple(range(len(self.tile)))
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.counts + self.tile
-
-    def to_json(self) -> dict:
-        return {"perm": list(self.perm), "tile": list(self.tile), "counts": list(self.counts)}
+        return tuple(self.counts[d] for d in self.tile_order) + self.tile
 
 
 def prepack_array(src: np.ndarray, spec: PrepackSpec) -> np.ndarray:
@@ -43,5 +46,5 @@ def prepack_array(src: np.ndarray, spec: PrepackSpec) -> np.ndarray:
         a = np.pad(a, [(0, f - s) for f, s in zip(full, a.shape)])
     n = a.ndim
     split = a.reshape([x for c, t in zip(spec.counts, spec.tile) for x in (c, t)])
-    order = [2 * d for d in range(n)] + [2 * d + 1 for d in range(n)]
+    order = [2 * d for d in spec.tile_order] + [2 * d + 1 for d in range(n)]
     return np.ascontiguousarray(split.transpose(order))

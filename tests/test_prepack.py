@@ -15,7 +15,7 @@ from autotune.measure import Builder, CpuRunner, RunOptions
 from autotune.prepack import PrepackSpec, prepack_array
 from autotune.program import build_program
 from autotune.schedule import ScheduleError
-from autotune.search.measure_batch import WorkloadMeasurer
+from autotune.search.measure_batch import COLD_REPEAT, WorkloadMeasurer
 from autotune.target import cpu_target
 from autotune.te import library
 from schedules import make_space
@@ -33,6 +33,9 @@ def test_prepack_array_is_the_tiled_transpose() -> None:
             idx = tuple(ti * ts + ei for ti, ts, ei in zip(t, spec.tile, e))
             want = perm[idx] if all(i < s for i, s in zip(idx, perm.shape)) else 0.0
             assert out[t + e] == want
+    ordered = prepack_array(src, dataclasses.replace(spec, order=(2, 0, 1)))
+    assert ordered.shape == (2, 1, 3, 3, 2, 4)
+    np.testing.assert_array_equal(ordered, out.transpose(2, 0, 1, 3, 4, 5))
     with pytest.raises(ValueError, match="do not cover"):
         prepack_array(src, PrepackSpec((0, 1, 2), (2, 2, 3), (2, 4, 1)))
 
@@ -83,6 +86,9 @@ def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
         runner.close()
     # the worker re-lays the weight out and checks the output against the float64 reference
     assert [t.error_kind for t in trials] == [None] * len(configs), [t.error_msg for t in trials]
+    # a model's weight is cold when its kernel runs: one call per repeat, the weight flushed first
+    assert m.options.cold_inputs == (1,)
+    assert all(len(t.costs) == COLD_REPEAT and min(t.costs) > 0 for t in trials)
 
 
 def test_only_an_input_can_be_prepacked() -> None:

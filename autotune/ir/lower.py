@@ -284,7 +284,8 @@ class _Lowerer:
                     uses.append(([substitute(i, values) for i in n.indices], o_ranges))
         region = infer_region(att.tensor, uses)
         if att.scope == "prepacked":
-            return self._place_prepacked(att, region)
+            inner = [lvar[lp] for lp in target.leaf_loops[: pos + 1]]  # the loops around the copy
+            return self._place_prepacked(att, region, inner)
         shape = [e for _, e in region]
         shape[-1] += att.storage_pad
         scope = "shared" if att.scope == "shared" else "local"
@@ -292,10 +293,14 @@ class _Lowerer:
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
         return region
 
-    def _place_prepacked(self, att: Stage, region: list[tuple[Expr, int]]) -> list[tuple[Expr, int]]:
+    def _place_prepacked(
+        self, att: Stage, region: list[tuple[Expr, int]], loops: list[Var]
+    ) -> list[tuple[Expr, int]]:
         """The kernel argument of a prepacked operand takes the place of the operand's own: all
         of its tiles, the one a loop nest needs found from the region's origin. Every origin
-        must be a whole number of tiles (tiles do not overlap), else the copy stays in the kernel."""
+        must be a whole number of tiles (tiles do not overlap). Tiles are stored in the order the
+        loops visit them (``loops``: the consumer's loops around the copy, outermost first; a tile
+        dim that moves with an inner loop is stored inner), so a cold operand streams in order."""
         src = att.body.tensor
         pos = next((i for i, b in enumerate(self.arg_buffers) if b.name == _cname(src.name)), None)
         if pos is None:
@@ -310,11 +315,19 @@ class _Lowerer:
                 q.terms[key] = (atom, c // ext)
             tiles.append(simplify(q.to_expr()))
         perm = tuple(next(p for p, v in enumerate(src_index_vars(att)) if v is a.var) for a in att.axes)
+        depth = {v: i for i, v in enumerate(loops)}
+
+        def innermost(d: int) -> int:  # the deepest of those loops the tile index moves with
+            return max((depth.get(v, -1) for v in free_vars(tiles[d])), default=-1)
+
+        order = tuple(sorted(range(len(tiles)), key=innermost))
         spec = PrepackSpec(
             perm=perm,
             tile=tuple(e for _, e in region),
             counts=tuple(-(-size // e) for (_, e), size in zip(region, att.tensor.shape)),
+            order=order,
         )
+        tiles = [tiles[d] for d in order]
         buf = Buffer(_cname(src.name), src.dtype, spec.shape, "arg", prepack=spec)
         self.arg_buffers[pos] = buf
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region], tiles)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 TIMER_SYMBOL = "autotune_time"
+COLD_TIMER_SYMBOL = "autotune_time_cold"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -54,6 +55,28 @@ int autotune_time(void** args, int number, int repeat, double min_repeat_ms,
         costs_out[autotune_r++] = autotune_el / (double)number;
     }
     return number;
+}
+
+/* One timed call per repeat, each after flushing the given buffers from every cache level
+   (flush_bytes[i] > 0: args[i] spans that many bytes): how a kernel runs inside a model, where
+   its weights were last touched a whole model run ago. */
+int autotune_time_cold(void** args, const long long* flush_bytes, int nargs, int repeat,
+                       double* costs_out) {
+    @KERNEL@(args); /* warm-up: page faults, OpenMP pool start-up */
+    for (int autotune_r = 0; autotune_r < repeat; ++autotune_r) {
+#if defined(__x86_64__) || defined(__i386__)
+        for (int autotune_a = 0; autotune_a < nargs; ++autotune_a) {
+            const char* autotune_p = (const char*)args[autotune_a];
+            for (long long autotune_o = 0; autotune_o < flush_bytes[autotune_a]; autotune_o += 64)
+                __builtin_ia32_clflush(autotune_p + autotune_o);
+        }
+        __builtin_ia32_mfence();
+#endif
+        double autotune_t0 = autotune_now_s();
+        @KERNEL@(args);
+        costs_out[autotune_r] = autotune_now_s() - autotune_t0;
+    }
+    return 1;
 }
 """
 

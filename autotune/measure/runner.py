@@ -31,6 +31,9 @@ class RunOptions:
     atol: float = 1e-4
     # (input index, layout): inputs the kernel reads pre-tiled, re-laid out before the run (untimed)
     prepack: tuple[tuple[int, PrepackSpec], ...] = ()
+    # inputs flushed from the caches before each timed call (one call per repeat; ``number`` and
+    # ``min_repeat_ms`` unused): a model's weights, cold when their kernel runs
+    cold_inputs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.number < 1 or self.repeat < 1:
@@ -156,6 +159,7 @@ class CpuRunner:
                     "rtol": options.rtol,
                     "atol": options.atol,
                     "prepack": options.prepack,
+                    "cold_inputs": options.cold_inputs,
                 }
                 reply = self._request(("run", lib_path, kernel_name, task_id, opts), options.timeout_s)
             except _WorkerCrashed as e:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..prepack import prepack_array
-from .harness import TIMER_SYMBOL
+from .harness import COLD_TIMER_SYMBOL, TIMER_SYMBOL
 
 # Libraries stay loaded (fast reruns) but a long tuning session must not run
 # into the mmap limit, so the least recently used ones are unloaded.
@@ -166,8 +166,25 @@ class _State:
                 return "wrong", f"output {i}: {err}"
         repeat = int(opts["repeat"])
         costs = (ctypes.c_double * repeat)()
-        timer(args, int(opts["number"]), repeat, float(opts["min_repeat_ms"]), costs)
+        cold = opts.get("cold_inputs", ())
+        if cold:
+            sizes = [arrays[i].nbytes if i in cold else 0 for i in range(len(arrays))]
+            cold_timer = self._cold_timer(lib_path)
+            cold_timer(args, (ctypes.c_longlong * len(sizes))(*sizes), len(sizes), repeat, costs)
+        else:
+            timer(args, int(opts["number"]), repeat, float(opts["min_repeat_ms"]), costs)
         return "ok", list(costs)
+
+    def _cold_timer(self, lib_path: str) -> Any:
+        lib = self.libs[lib_path]
+        fn = lib.kernels.get(COLD_TIMER_SYMBOL)
+        if fn is None:
+            fn = getattr(lib.cdll, COLD_TIMER_SYMBOL)
+            fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong), ctypes.c_int, ctypes.c_int,
+                           ctypes.POINTER(ctypes.c_double)]
+            fn.restype = ctypes.c_int
+            lib.kernels[COLD_TIMER_SYMBOL] = fn
+        return fn
 
 
 def worker_main(conn: Connection) -> None:
