@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autotune.ir.nodes import Allocate
+from autotune.ir.nodes import Allocate, For, IfThen, Load, Prefetch, Seq, Store, VLoad, VStore
 from autotune.ir.passes import _walk_deep
 from autotune.measure import Builder, CpuRunner, RunOptions
 from autotune.prepack import PrepackSpec, prepack_array
@@ -18,6 +18,7 @@ from autotune.schedule import ScheduleError
 from autotune.search.measure_batch import COLD_REPEAT, WorkloadMeasurer
 from autotune.target import cpu_target
 from autotune.te import library
+from autotune.te.expr import Binary, Compare, IntImm, Select, Var
 from schedules import make_space
 
 
@@ -74,7 +75,7 @@ def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
     steps = [space.steps(c) for c in configs]
     for st in steps:
         prog = build_program(wl, st, target)
-        (i, spec), = prog.prepack
+        ((i, spec),) = prog.prepack
         assert i == 1 and prog.func.args[1].shape == spec.counts + spec.tile
         local = [n for n in _walk_deep(prog.func.body) if isinstance(n, Allocate)]
         assert not any(a.buffer.name.startswith(wl.inputs[1].name) for a in local)  # no copy in the kernel
@@ -133,3 +134,76 @@ def test_compiled_model_binds_tiled_weights_and_matches_onnxruntime(tmp_path) ->
     sess = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
     for o, r in zip(module.run(feeds), sess.run(None, feeds)):
         np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+
+
+def _index_value(e, env: dict) -> int:  # noqa: ANN001 - the index arithmetic of lowered IR
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env[e]
+    if isinstance(e, Select):
+        return _index_value(e.t if _index_value(e.cond, env) else e.f, env)
+    a, b = _index_value(e.a, env), _index_value(e.b, env)
+    if isinstance(e, Binary):
+        ops = {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}
+        if e.op in ("floordiv", "mod"):
+            return a // b if e.op == "floordiv" else a % b
+        return ops[e.op]
+    assert isinstance(e, Compare)
+    return {"lt": a < b, "le": a <= b, "eq": a == b, "ne": a != b, "and": a and b, "or": a or b}[e.op]
+
+
+def _trace_weight(stmt, weight: str, env: dict, log: list) -> None:  # noqa: ANN001
+    """Run the loop nest's index arithmetic: ("prefetch", element) and ("read", element) events
+    on the prepacked weight, in program order; each iteration of a parallel loop is its own
+    thread."""
+    if isinstance(stmt, Seq):
+        for s in stmt.stmts:
+            _trace_weight(s, weight, env, log)
+    elif isinstance(stmt, For):
+        for i in range(stmt.extent):
+            if stmt.kind == "parallel":
+                log.append(("thread", i))
+            _trace_weight(stmt.body, weight, {**env, stmt.var: i}, log)
+    elif isinstance(stmt, (IfThen, Allocate)):
+        if not isinstance(stmt, IfThen) or _index_value(stmt.cond, env):
+            _trace_weight(stmt.body, weight, env, log)
+    elif isinstance(stmt, Prefetch):
+        assert stmt.buffer.name == weight
+        log.append(("prefetch", _index_value(stmt.index, env)))
+    elif isinstance(stmt, (Store, VStore)):
+        for n in _walk_deep(stmt.value):
+            if isinstance(n, Load) and n.buffer.name == weight:
+                log.append(("read", _index_value(n.index, env)))
+            elif isinstance(n, VLoad) and n.buffer.name == weight:
+                log.append(("read", _index_value(n.base, env)))
+
+
+def test_prepacked_tiles_are_prefetched_before_the_thread_reads_them() -> None:
+    wl, target = _const_matmul(), cpu_target()
+    space = make_space(wl, target)
+    checked = 0
+    for c in _prepacked_configs(wl, 6):
+        prog = build_program(wl, space.steps(c), target)
+        weight = prog.func.args[1].name
+        log: list = []
+        _trace_weight(prog.func.body, weight, {}, log)
+        if not any(kind == "prefetch" for kind, _ in log):
+            continue  # one tile per thread: nothing comes next
+        checked += 1
+        ((_, spec),) = prog.prepack
+        tile_elems = int(np.prod(spec.tile))
+        prefetched: set[int] = set()  # 16-float lines
+        seen: set[int] = set()
+        first_tile = None
+        for kind, e in log:
+            if kind == "thread":
+                prefetched, seen, first_tile = set(), set(), None
+            elif kind == "prefetch":
+                prefetched.add(e // 16)
+            else:
+                first_tile = e // tile_elems if first_tile is None else first_tile
+                # every line of a later tile was requested before the thread first needs it
+                assert e // tile_elems == first_tile or e // 16 in prefetched | seen, (c, e)
+                seen.add(e // 16)
+    assert checked >= 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.nodes import Allocate, Buffer, For, IfThen, Load, PrimFunc, Seq, Stmt, Store, VStore
+from ..ir.nodes import Allocate, Buffer, For, IfThen, Load, Prefetch, PrimFunc, Seq, Stmt, Store, VStore
 from ..te.expr import (
     FLOAT_DTYPES,
     Binary,
@@ -103,7 +103,12 @@ class CStyleRenderer:
             return [f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
         if isinstance(s, VStore):
             return [pad + self.vector_store(s)]
+        if isinstance(s, Prefetch):
+            return [pad + self.prefetch(s)]
         raise TypeError(f"cannot render {type(s).__name__}")
+
+    def prefetch(self, s: Prefetch) -> str:
+        raise TypeError(f"{type(self).__name__} has no cache prefetch")
 
     # --- expressions ------------------------------------------------------------------------------
     def float_literal(self, value: float, dtype: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Broadcast, Buffer, For, Gather, VBinary, VCall, VLoad, VSelect, VStore
+from ..ir.nodes import Broadcast, Buffer, For, Gather, Prefetch, VBinary, VCall, VLoad, VSelect, VStore
 from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
@@ -87,6 +87,10 @@ static inline {v} at_vexp({v} x) {{
         if isinstance(e, Gather):
             return f"(({self.vtype}){{{', '.join(self.expr(x) for x in e.elems)}}})"
         return super().vector_expr(e)
+
+    def prefetch(self, s: Prefetch) -> str:
+        # read access, moderate locality: the line goes to L2 (prefetcht1) without evicting L1
+        return f"__builtin_prefetch({s.buffer.name} + {self.expr(s.index)}, 0, 2);"
 
     def vector_store(self, s: VStore) -> str:
         return f"at_vstore({s.buffer.name} + {self.expr(s.base)}, {self.expr(s.value)});"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..prepack import PrepackSpec
 from ..schedule.state import Fuse, Loop, Schedule, ScheduleError, Split, Stage
@@ -12,6 +15,7 @@ from ..te.expr import (
     Expr,
     IntImm,
     Reduce,
+    Select,
     TensorRead,
     Var,
     all_of,
@@ -22,7 +26,20 @@ from ..te.expr import (
     walk,
 )
 from ..te.tensor import Tensor, reduce_identity
-from .nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Load, PrimFunc, Stmt, Store, seq
+from .nodes import (
+    Allocate,
+    AllReduce,
+    Barrier,
+    Buffer,
+    For,
+    IfThen,
+    Load,
+    Prefetch,
+    PrimFunc,
+    Stmt,
+    Store,
+    seq,
+)
 from .simplify import bounds, expr_key, linear, simplify
 
 _ANNOTATION_KIND = {
@@ -33,6 +50,10 @@ _ANNOTATION_KIND = {
 }
 THREAD_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 _ANNOTATION_KIND.update({k: k for k in THREAD_KINDS})
+
+
+SERIAL_KINDS = ("serial", "unroll")  # loops one thread runs in order
+LoopInfo = tuple[Var, int, str]  # a loop's variable, extent and kind
 
 
 @dataclass
@@ -99,10 +120,15 @@ class _Lowerer:
 
     # --- one stage ----------------------------------------------------------------------------
     def emit_stage(
-        self, st: Stage, region: list[tuple[Expr, int]], outer_threads: dict[Var, tuple[int, int]]
+        self,
+        st: Stage,
+        region: list[tuple[Expr, int]],
+        outer_threads: dict[Var, tuple[int, int]],
+        outer_loops: tuple[LoopInfo, ...] = (),
     ) -> Stmt:
         """The loop nest of one stage over ``region``; ``outer_threads`` are the GPU thread loops
-        around it (shared buffers are filled by all of them together)."""
+        around it (shared buffers are filled by all of them together), ``outer_loops`` all the
+        loops around it, outermost first."""
         root_ext: dict[Loop, int] = {}
         n_sp = len(st.axes)
         for i, lp in enumerate(st.root_loops):
@@ -191,14 +217,33 @@ class _Lowerer:
                     f"{st.name}: a cross-thread reduction must be computed at a consumer loop"
                 )
         leaves = st.leaf_loops
+        kinds = [_ANNOTATION_KIND.get(st.annotations.get(lp, ""), "serial") for lp in leaves]
+        # per loop position, the loops around its body (outermost first)
+        chain = [
+            outer_loops + tuple((lvar[q], ext[q], k) for q, k in zip(leaves[: p + 1], kinds))
+            for p in range(len(leaves))
+        ]
+        prefetch: dict[int, list[Stmt]] = {}  # loop position -> prefetches at the top of its body
+        for pos, lp in enumerate(leaves):
+            for att in self.attached.get(lp, []):
+                if att.scope != "prepacked":
+                    continue
+                inside = next((q for q in range(pos + 1, len(leaves)) if ext[leaves[q]] > 1), None)
+                spread = (
+                    None if inside is None else (lvar[leaves[inside]], ext[leaves[inside]], kinds[inside])
+                )
+                stmt = self._prefetch_next_tile(att, chain[pos], spread)
+                if stmt is not None:
+                    where = pos if spread is None or spread[2] not in SERIAL_KINDS else inside
+                    prefetch.setdefault(where, []).append(stmt)
         for pos in range(len(leaves) - 1, -1, -1):
             lp = leaves[pos]
-            kind = _ANNOTATION_KIND.get(st.annotations.get(lp, ""), "serial")
+            kind = kinds[pos]
             inner = update
             atts = self.attached.get(lp, [])
             if atts:
-                inner = self._emit_attached_group(atts, regions, threads_at[lp], inner)
-            update = For(lvar[lp], ext[lp], inner, kind)
+                inner = self._emit_attached_group(atts, regions, threads_at[lp], inner, chain[pos])
+            update = For(lvar[lp], ext[lp], seq(*prefetch.get(pos, []), inner), kind)
             if pos == first_reduce and init is not None:
                 # the init copy of each spatial loop inside the reduction gets its own variable
                 # (each For binds one), renamed in one pass over the init statement
@@ -215,7 +260,56 @@ class _Lowerer:
             raise ScheduleError(f"reduction stage {st.name} has no reduction loop")
         return update
 
-    def _emit_attached_group(self, atts: list[Stage], regions: dict, threads: dict, rest: Stmt) -> Stmt:
+    def _prefetch_next_tile(
+        self, att: Stage, loops: tuple[LoopInfo, ...], spread: LoopInfo | None
+    ) -> Stmt | None:
+        """Prefetches of the prepacked tile that the loops around ``att``'s attach point will
+        read next.
+
+        A prepacked operand is read tile by tile straight from memory, where (a model's weight)
+        it is cold; while the loops work on one tile, the lines of the next are requested,
+        spread over the iterations of ``spread`` (the first loop inside the attach point) when
+        it is a serial loop, else all at once. "Next" increments the innermost of ``loops``
+        (outermost first, the consumers' loops included) that the tile index moves with,
+        carrying into outer ones; a parallel loop ends the carry (its next iteration belongs to
+        another thread). None when the tile does not change within the thread."""
+        placed = self.placed[att.tensor]
+        buf, tiles = placed.buffer, placed.tiles or []
+        moving = set().union(*(free_vars(t) for t in tiles)) if tiles else set()
+        carry: list[LoopInfo] = []  # innermost first
+        for var, extent, kind in reversed(loops):
+            if kind not in SERIAL_KINDS:
+                break
+            if var in moving and extent > 1:
+                carry.append((var, extent, kind))
+        if not carry:
+            return None
+        start = flat_index(buf.shape, tiles + [IntImm(0)] * (len(buf.shape) - len(tiles)))
+
+        def start_after(i: int) -> Expr:  # loop carry[i] one step on, the loops inside it at 0
+            mapping: dict[Var, Expr] = {v: IntImm(0) for v, _, _ in carry[:i]}
+            mapping[carry[i][0]] = carry[i][0] + 1
+            return substitute(start, mapping)
+
+        nxt = start_after(len(carry) - 1)
+        for i in range(len(carry) - 2, -1, -1):
+            nxt = Select(carry[i][0] < carry[i][1] - 1, start_after(i), nxt)
+        per_line = max(1, 64 // np.dtype(buf.dtype).itemsize)  # elements per 64-byte line
+        elems = math.prod(buf.shape[len(tiles) :])
+        # a tile that is not a whole number of lines starts mid-line: one line more
+        lines = -(-elems // per_line) + (1 if elems % per_line else 0)
+        j = Var(_cname(f"{att.name}_pf"))
+        if spread is not None and spread[2] in SERIAL_KINDS:
+            step = -(-lines // spread[1])
+            first: Expr = spread[0] * step
+        else:
+            step, first = lines, IntImm(0)
+        index = Binary("min", nxt + (first + j) * per_line, IntImm(buf.size - 1))
+        return For(j, step, Prefetch(buf, index), "serial")
+
+    def _emit_attached_group(
+        self, atts: list[Stage], regions: dict, threads: dict, rest: Stmt, loops: tuple[LoopInfo, ...]
+    ) -> Stmt:
         """The stages computed at one loop, in order, then ``rest``. Consecutive shared-memory
         copies share one barrier before (the previous readers are done) and one after (the copies
         are complete)."""
@@ -229,7 +323,7 @@ class _Lowerer:
             if shared != in_shared:
                 parts.append(Barrier())
                 in_shared = shared
-            parts.append(self.emit_stage(att, regions[att], threads))
+            parts.append(self.emit_stage(att, regions[att], threads, loops))
         if in_shared:
             parts.append(Barrier())
         body = seq(*parts, rest)

@@ -174,6 +174,15 @@ class AllReduce(Stmt):
 
 
 @dataclass(eq=False)
+class Prefetch(Stmt):
+    """A cache hint: start bringing the line that holds ``buffer[index]`` into the cache (CPU;
+    no effect on results). The lowering keeps ``index`` inside the buffer."""
+
+    buffer: Buffer
+    index: Expr
+
+
+@dataclass(eq=False)
 class Allocate(Stmt):
     """A buffer that lives for ``body``: a stack array (local; registers on GPU), GPU shared memory
     (shared) or a kernel-owned heap / workspace buffer (global)."""

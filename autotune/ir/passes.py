@@ -27,6 +27,7 @@ from .nodes import (
     Gather,
     IfThen,
     Load,
+    Prefetch,
     PrimFunc,
     Seq,
     Stmt,
@@ -59,6 +60,8 @@ def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
         return s
     if isinstance(s, AllReduce):
         return AllReduce(s.buffer, fn(s.index), s.combiner)
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, fn(s.index))
     raise TypeError(type(s).__name__)
 
 
@@ -97,6 +100,8 @@ def simplify_stmt(s: Stmt, ranges: Ranges | None = None) -> Stmt | None:
         return s
     if isinstance(s, AllReduce):
         return AllReduce(s.buffer, simplify(s.index, ranges), s.combiner)
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, simplify(s.index, ranges))
     raise TypeError(type(s).__name__)
 
 

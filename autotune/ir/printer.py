@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .nodes import Allocate, AllReduce, Barrier, For, IfThen, PrimFunc, Seq, Stmt, Store, VStore
+from .nodes import Allocate, AllReduce, Barrier, For, IfThen, Prefetch, PrimFunc, Seq, Stmt, Store, VStore
 
 
 def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
@@ -22,6 +22,8 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         return [f"{pad}barrier"]
     if isinstance(s, AllReduce):
         return [f"{pad}{s.buffer.name}[{s.index!r}] = allreduce_{s.combiner}(threadIdx.x)"]
+    if isinstance(s, Prefetch):
+        return [f"{pad}prefetch {s.buffer.name}[{s.index!r}]"]
     if isinstance(s, Store):
         return [f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}"]
     if isinstance(s, VStore):
