@@ -13,7 +13,9 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled;
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
-  innermost spatial axis under the reduction loops (knob ``vector_reduce``: lanes across rows).
+  innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
+  or its innermost reduction axis (``vector_reduce`` 2: lanes along the row, each accumulating
+  its own share, combined at the end of the row).
 """
 
 from __future__ import annotations
@@ -52,13 +54,24 @@ def _vector_reducible(stage: Stage, lanes: int) -> bool:
     return stage.is_reduction and stage.tensor.shape[-1] % lanes == 0 and stage.tensor.shape[-1] >= lanes
 
 
-def _root_steps(stage: Stage, lanes: int, vector_reduce: bool = False) -> list[Step]:
+def _row_reducible(stage: Stage, lanes: int) -> bool:
+    """A reduction whose innermost reduction axis splits into whole vectors (a row of 128)."""
+    return stage.is_reduction and stage.reduce_axes[-1].extent % lanes == 0
+
+
+def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     """Parallel outer loops, vectorized innermost spatial loop (when it divides into vectors). A
-    reduction keeps its reduction loops inside its spatial ones; with ``vector_reduce`` the
+    reduction keeps its reduction loops inside its spatial ones; with ``vector_reduce`` 1 the
     innermost spatial axis is split into vectors that stay innermost, under the reduction loops,
-    so every step of the reduction combines whole vectors."""
+    so every step of the reduction combines whole vectors; with 2 the innermost reduction axis is
+    (where it divides into vectors; else as 1)."""
     names = [a.name for a in stage.axes]
     steps: list[Step] = []
+    if vector_reduce == 2 and _row_reducible(stage, lanes):
+        r = stage.reduce_axes[-1].name
+        steps += [SplitStep(stage.name, r, lanes), vectorize(stage.name, f"{r}.1")]
+        steps += [FuseStep(stage.name, tuple(names))] if len(names) > 1 else []
+        return steps + [parallel(stage.name, "@".join(names))]
     if stage.is_reduction and vector_reduce and _vector_reducible(stage, lanes):
         last = names[-1]
         outer = names[:-1] + [f"{last}.0"]
@@ -94,10 +107,11 @@ class CpuSketch(Sketch):
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
         knobs: list = [ChoiceKnob(f"inline_{n}", (1, 0)) for n in self.inline_knob]
-        if self.mode not in ("cache_write", "epilogue") and any(
-            _vector_reducible(st, self.lanes) for st in self.sch.stages
-        ):
-            knobs.append(ChoiceKnob("vector_reduce", (1, 0)))
+        if self.mode not in ("cache_write", "epilogue"):
+            across = any(_vector_reducible(st, self.lanes) for st in self.sch.stages)
+            along = any(_row_reducible(st, self.lanes) for st in self.sch.stages)
+            if across or along:
+                knobs.append(ChoiceKnob("vector_reduce", (1, 0) + ((2,) if along else ())))
         constraints = []
         if self.mode in ("cache_write", "epilogue"):
             knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
@@ -162,7 +176,7 @@ class CpuSketch(Sketch):
         if self.mode not in ("cache_write", "epilogue"):  # simple, and rowwise (a GPU-only plan)
             for st in self.sch.stages:
                 if st.name not in self.inline_always and st.name not in self.inline_knob or st.name in rooted:
-                    steps += _root_steps(st, self.lanes, bool(c.get("vector_reduce", 0)))
+                    steps += _root_steps(st, self.lanes, int(c.get("vector_reduce", 0)))
             return steps
         for n in rooted:
             steps += _root_steps(self.sch.stage(n), self.lanes)

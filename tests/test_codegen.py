@@ -325,3 +325,20 @@ def test_vectorized_row_reductions_are_correct(check_kernel, host_target) -> Non
         assert body.count("at_vstore(") >= 3 and "#pragma omp simd" not in body, body
         if op == "softmax":
             assert "at_vexp(" in body and "expf(" not in body
+        # lanes along the row: a vector accumulator per row, its lanes combined once at the end
+        prog = check_kernel(wl, space.steps({"vector_reduce": 2}))
+        body = prog.source[prog.source.index(f"void {prog.kernel_name}(") :]
+        assert ("at_hmax(" in body) == (op == "softmax") and "at_hadd(" in body, body
+        assert "#pragma omp simd" not in body and "_lanes[" in body
+
+
+def test_vectorized_reduction_loop_without_vector_form_runs_in_order(check_kernel, host_target) -> None:  # noqa: ANN001
+    """A reduction loop marked vectorize whose body has no lane-wise form (tanh) must not become an
+    ``omp simd`` loop (its accumulator is carried from lane to lane): it stays a serial loop."""
+    lanes = host_target.vector_lanes
+    x = te.placeholder((3, 4 * lanes), "float32", "x")
+    r = te.reduce_axis(4 * lanes, "r")
+    out = te.compute((3,), lambda i: te.sum(te.tanh(x[i, r]), r), name="out")
+    wl = te.Workload("sum_tanh", [x], [out], lambda x: [np.tanh(x.astype(np.float64)).sum(axis=1)])
+    prog = check_kernel(wl, [SplitStep("out", "r", lanes), vectorize("out", "r.1")])
+    assert "#pragma omp simd" not in prog.source and "at_hadd(" not in kernel_body(prog)

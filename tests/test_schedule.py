@@ -321,7 +321,6 @@ ILLEGAL = {
     "fuse_annotated": ("matmul", [unroll("matmul", "i"), FuseStep("matmul", ("i", "j"))]),
     "reorder_twice_named": ("matmul", [ReorderStep("matmul", ("i", "i"))]),
     "reorder_unknown": ("matmul", [ReorderStep("matmul", ("i", "z"))]),
-    "vectorize_reduce": ("matmul", [vectorize("matmul", "k")]),
     "vectorize_not_innermost": ("matmul", [vectorize("matmul", "j")]),
     "parallel_reduce": ("matmul", [parallel("matmul", "k")]),
     "unknown_annotation": ("matmul", [AnnotateStep("matmul", "i", "gpu_block")]),

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from ..ir.nodes import Broadcast, Buffer, For, Gather, Prefetch, VBinary, VCall, VLoad, VSelect, VStore
+from ..ir.nodes import (
+    Broadcast,
+    Buffer,
+    For,
+    Gather,
+    Prefetch,
+    VBinary,
+    VCall,
+    VLoad,
+    VReduce,
+    VSelect,
+    VStore,
+)
 from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
@@ -33,6 +45,13 @@ static inline {v} at_vmax({v} a, {v} b) {{
   at_i32x{n} m = a > b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
 static inline {v} at_vmin({v} a, {v} b) {{
   at_i32x{n} m = a < b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
+/* the lanes of a vector combined: the end of a reduction whose lanes accumulated separately */
+static inline float at_hadd({v} v) {{
+  float s = v[0]; for (int i = 1; i < {n}; ++i) s += v[i]; return s; }}
+static inline float at_hmax({v} v) {{
+  float s = v[0]; for (int i = 1; i < {n}; ++i) s = fmaxf(s, v[i]); return s; }}
+static inline float at_hmin({v} v) {{
+  float s = v[0]; for (int i = 1; i < {n}; ++i) s = fminf(s, v[i]); return s; }}
 /* exp on every lane: x = k ln2 + r (Cody-Waite split of ln2), e^r by a degree-6 polynomial
    (Cephes' expf coefficients, about 1 ulp), 2^k built in exponent bits; inputs clamped to
    [-87.34, 88.72] (below: the smallest normal float instead of a denormal) */
@@ -84,6 +103,8 @@ static inline {v} at_vexp({v} x) {{
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         if isinstance(e, VCall):
             return f"at_v{e.name}({self.expr(e.arg)})"
+        if isinstance(e, VReduce):
+            return f"at_h{e.op}({self.expr(e.arg)})"
         if isinstance(e, Gather):
             return f"(({self.vtype}){{{', '.join(self.expr(x) for x in e.elems)}}})"
         return super().vector_expr(e)

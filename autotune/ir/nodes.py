@@ -106,6 +106,19 @@ class VSelect(Expr):
         return f"vselect({self.cond!r}, {self.t!r}, {self.f!r})"
 
 
+class VReduce(Expr):
+    """The lanes of a vector combined into one scalar (sum / max / min): the end of a reduction
+    whose lanes accumulated separately."""
+
+    __slots__ = ("op", "arg", "dtype")
+
+    def __init__(self, op: str, arg: Expr) -> None:
+        self.op, self.arg, self.dtype = op, arg, arg.dtype
+
+    def __repr__(self) -> str:
+        return f"reduce_{self.op}({self.arg!r})"
+
+
 class Gather(Expr):
     """A vector assembled from scalar expressions, one a lane."""
 

@@ -23,6 +23,7 @@ from .nodes import (
     AllReduce,
     Barrier,
     Broadcast,
+    Buffer,
     For,
     Gather,
     IfThen,
@@ -35,11 +36,12 @@ from .nodes import (
     VBinary,
     VCall,
     VLoad,
+    VReduce,
     VSelect,
     VStore,
     seq,
 )
-from .simplify import Ranges, linear, simplify
+from .simplify import Ranges, expr_key, linear, simplify
 
 
 def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
@@ -128,11 +130,13 @@ def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
                        e.lanes)
     if isinstance(e, Gather):
         return Gather(tuple(_subst_deep(x, mapping) for x in e.elems))
+    if isinstance(e, VReduce):
+        return VReduce(e.op, _subst_deep(e.arg, mapping))
     return substitute(e, mapping) if not _has_ir_nodes(e) else _rebuild_deep(e, mapping)
 
 
 def _has_ir_nodes(e: Expr) -> bool:
-    ir_nodes = (Load, VLoad, Broadcast, VBinary, VCall, VSelect, Gather)
+    ir_nodes = (Load, VLoad, Broadcast, VBinary, VCall, VSelect, Gather, VReduce)
     return any(isinstance(n, ir_nodes) for n in _walk_deep(e))
 
 
@@ -147,7 +151,7 @@ def _walk_deep(e: Expr):  # noqa: ANN202
     elif isinstance(e, VBinary):
         yield from _walk_deep(e.a)
         yield from _walk_deep(e.b)
-    elif isinstance(e, VCall):
+    elif isinstance(e, (VCall, VReduce)):
         yield from _walk_deep(e.arg)
     elif isinstance(e, VSelect):
         yield from _walk_deep(e.cond)
@@ -273,8 +277,17 @@ def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
     if not isinstance(s, For):
         return s
     if s.kind != "vectorize":
+        inner = s.body
+        if isinstance(inner, For) and inner.kind == "vectorize":
+            done = _vector_reduction(inner, lanes, outer=s)
+            if done is not None:
+                return done
         return For(s.var, s.extent, vectorize_loops(s.body, lanes), s.kind)
     stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
+    if any(isinstance(x, Store) and _coeff(x.index, s.var)[0] == 0 for x in stores):
+        # a vectorized reduction loop: lanes that accumulate separately, or else in order
+        done = _vector_reduction(s, lanes)
+        return done if done is not None else For(s.var, s.extent, s.body, "serial")
     if s.extent % lanes or not all(isinstance(x, Store) and _float32_only(x) for x in stores):
         return For(s.var, s.extent, s.body, "simd")
     chunks = []
@@ -292,6 +305,52 @@ def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
     except _NotVectorizable:
         return For(s.var, s.extent, s.body, "simd")
     return seq(*chunks)
+
+
+_IDENTITY = {"add": 0.0, "max": float("-inf"), "min": float("inf")}
+
+
+def _vector_reduction(loop: For, lanes: int, outer: For | None = None) -> Stmt | None:
+    """A reduction over a ``vectorize`` loop (``acc[i] = acc[i] op f(r)``, ``acc[i]`` the same in
+    every iteration) computed with vector lanes that accumulate separately: the loop's chunks of
+    ``lanes`` combine into one vector, and with ``outer`` (the loop around it, also a reduction
+    loop) a vector accumulator carries across its iterations; the lanes are combined into
+    ``acc[i]`` once at the end. The order of the sum changes (float reassociation, like any
+    parallel reduction). None when ``loop`` is not such a reduction."""
+    st = loop.body
+    if not isinstance(st, Store) or loop.extent % lanes or not _float32_only(st):
+        return None
+    v = st.value
+    if not (isinstance(v, Binary) and v.op in _IDENTITY):
+        return None
+    same = [x for x in (v.a, v.b) if isinstance(x, Load) and x.buffer is st.buffer
+            and expr_key(x.index) == expr_key(st.index)]
+    if not same:
+        return None
+    rhs = v.b if same[0] is v.a else v.a
+    loops = [loop.var] + ([outer.var] if outer is not None else [])
+    if any(x in free_vars_deep(st.index) for x in loops) or any(
+        isinstance(n, Load) and n.buffer is st.buffer for n in _walk_deep(rhs)
+    ):
+        return None
+    try:
+        chunks = [_vec_expr(rhs, loop.var, IntImm(c * lanes), lanes) for c in range(loop.extent // lanes)]
+    except _NotVectorizable:
+        return None
+    chunks = [c if getattr(c, "lanes", 1) > 1 else Broadcast(c, lanes) for c in chunks]
+    acc = chunks[0]
+    for c in chunks[1:]:
+        acc = VBinary(v.op, acc, c, lanes)
+    if outer is None:
+        return Store(st.buffer, st.index, Binary(v.op, Load(st.buffer, st.index), VReduce(v.op, acc)))
+    tmp = Buffer(f"{st.buffer.name}_lanes", "float32", (lanes,), "local")
+    zero = IntImm(0)
+    lanes_acc = VLoad(tmp, zero, lanes)
+    start = VStore(tmp, zero, Broadcast(FloatImm(_IDENTITY[v.op], "float32"), lanes), lanes)
+    update = VStore(tmp, zero, VBinary(v.op, lanes_acc, acc, lanes), lanes)
+    step = For(outer.var, outer.extent, update, "serial")
+    done = Store(st.buffer, st.index, Binary(v.op, Load(st.buffer, st.index), VReduce(v.op, lanes_acc)))
+    return Allocate(tmp, seq(start, step, done))
 
 
 # --- checks -----------------------------------------------------------------------------------

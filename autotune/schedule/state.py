@@ -211,7 +211,8 @@ def annotate(stage: Stage, loop: Loop, kind: str) -> None:
     _check_leaf(stage, loop)
     if loop in stage.annotations:
         raise ScheduleError(f"loop {loop} is already annotated {stage.annotations[loop]}")
-    if kind in ("parallel", "vectorize") + THREAD_AXES[:3] and loop.kind == "reduce":
+    # a vectorized reduction loop is allowed (its lanes accumulate separately: CPU lowering)
+    if kind in ("parallel",) + THREAD_AXES[:3] and loop.kind == "reduce":
         raise ScheduleError(f"cannot {kind} reduction loop {loop}")
     if kind == "vectorize" and stage.leaf_loops[-1] is not loop:
         raise ScheduleError(f"only the innermost loop can be vectorized ({loop} is not)")
