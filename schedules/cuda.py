@@ -9,7 +9,10 @@ Rules:
   staged in shared memory, fetched cooperatively by the whole block (optionally 16 bytes a thread),
   with optional padding of its rows against bank conflicts; a knob stores each tile with a spatial
   dim innermost (A as [k][i], copied in A's own order so global reads stay coalesced) and another
-  copies per-k register fragments of every tile (float4 loads when the fragment allows);
+  copies per-k register fragments of every tile (float4 loads when the fragment allows); an
+  operand read through an inlined padding stage (a convolution's input) is either read straight
+  from global memory (the window reuse served by L1) or, with knob ``stage_padded``, staged in
+  shared memory too, its tile with the halo, the padding computed by the cooperative fetch;
 - every other stage: its spatial loops fused and spread over blocks x threads (x 4 lanes when the
   extent allows float4), one output element (or 4) a thread.
 Virtual threads are per-thread sub-tiles, lowered as unrolled loops.
@@ -84,6 +87,8 @@ class CudaSketch(Sketch):
             # per-k register fragments of the shared tiles (loaded once, reused by the whole tile)
             ChoiceKnob("local_cache", (0, 1)),
         ]
+        if self.padded_inputs:
+            knobs.append(ChoiceKnob("stage_padded", (0, 1)))
         constraints = [
             ("threads_per_block", self._threads_ok),
             ("occupancy", self._occupancy_ok),
@@ -97,6 +102,26 @@ class CudaSketch(Sketch):
             ),
         ]
         return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
+
+    @property
+    def padded_inputs(self) -> list[str]:
+        """Operands the anchor reads with reuse through an inlined select-only stage (padding)
+        that reads one input: candidates for shared staging with the padding done by the fetch."""
+        if not hasattr(self, "_padded"):
+            spatial = {a.var for a in self.anchor.axes}
+            self._padded = []
+            for r in _reads(self.anchor):
+                if r.tensor.name not in self.inline_knob or r.tensor.name in self._padded:
+                    continue
+                srcs = {t.name for t in self.sch.stage(r.tensor.name).reads()}
+                used = set().union(*(free_vars(i) for i in r.indices))
+                if len(srcs) == 1 and not spatial <= used:
+                    self._padded.append(r.tensor.name)
+        return self._padded
+
+    def _shared_names(self, c: Config) -> list[str]:
+        """The operands staged in shared memory under config ``c``."""
+        return list(self.pack_candidates) + (self.padded_inputs if c.get("stage_padded") else [])
 
     def _t(self, c: Config, axis: str) -> list[int]:
         return c[f"tile_{axis}"]
@@ -134,8 +159,9 @@ class CudaSketch(Sketch):
         for ax, r in zip(anchor.reduce_axes, self.reduce_axes):
             ranges[ax.var] = 0 if reduce_level is None else self._t(c, r)[reduce_level] - 1
         out = {}
+        names = self._shared_names(c)
         for r in _reads(anchor):
-            if r.tensor.name not in self.pack_candidates:
+            if r.tensor.name not in names or r.tensor.name in out:
                 continue
             dims = []
             for d, idx in enumerate(r.indices):
@@ -173,19 +199,22 @@ class CudaSketch(Sketch):
     @property
     def _transposable(self) -> bool:
         return any(self._spatial_last(n) != tuple(sorted(self._spatial_last(n)))
-                   for n in self.pack_candidates)
+                   for n in list(self.pack_candidates) + self.padded_inputs)
 
     def _shared_bytes(self, c: Config) -> int:
         return sum(4 * math.prod(d[:-1]) * (d[-1] + c["pad"]) for d in self._shared_regions(c))
 
+    def _vector_fetch(self, name: str, c: Config) -> bool:
+        """Is ``name`` fetched 16 bytes a thread under ``c``? Inputs copied in source order only
+        (a padded operand's tile starts off the 16-byte grid: fetched one element a thread)."""
+        layout = self._layout(name, c)
+        identity = layout == tuple(range(len(layout)))
+        return c["fetch_vector"] > 1 and name not in self.padded_inputs and identity
+
     def _fetch_ok(self, c: Config) -> bool:
-        """float4 fetch needs every operand copied in source order with a multiple of 4 innermost."""
-        if c["fetch_vector"] == 1:
-            return True
+        """float4 fetch needs a multiple of 4 innermost in every tile fetched that way."""
         regions = self._regions(c, slice(1, 4), 1)
-        return all(
-            d[-1] % 4 == 0 for n, d in regions.items() if self._layout(n, c) == tuple(range(len(d)))
-        )
+        return all(d[-1] % 4 == 0 for n, d in regions.items() if self._vector_fetch(n, c))
 
     def _simple_vector_ok(self, c: Config) -> bool:
         return c["vector"] == 1 or all(
@@ -228,7 +257,11 @@ class CudaSketch(Sketch):
 
     # --- config -> steps --------------------------------------------------------------------------
     def steps(self, c: Config) -> list[Step]:
-        steps: list[Step] = [ComputeInlineStep(n) for n in self.inline_always + self.inline_knob]
+        tiled = self.mode in ("cache_write", "epilogue")
+        staged = self.padded_inputs if tiled and c.get("stage_padded") else []
+        steps: list[Step] = [
+            ComputeInlineStep(n) for n in self.inline_always + self.inline_knob if n not in staged
+        ]
         if self.mode == "rowwise":
             return steps + self._rowwise_steps(c)
         if self.mode not in ("cache_write", "epilogue"):
@@ -238,9 +271,11 @@ class CudaSketch(Sketch):
         T, R = self.tile_stage, self.compute_stage
         if self.mode == "cache_write":
             steps.append(CacheWriteStep(self.anchor.name))
-        shared = list(self.pack_candidates)
+        shared = self._shared_names(c)
         for name in shared:
             steps.append(CacheReadStep(name, (R,), self._layout(name, c), "shared"))
+        # the padding stage is inlined into its shared copy: the fetch computes the padding
+        steps += [ComputeInlineStep(n) for n in staged]
         if c["local_cache"]:
             for name in shared:
                 steps.append(CacheReadStep(f"{name}_shared", (R,), None, "local"))
@@ -288,8 +323,8 @@ class CudaSketch(Sketch):
                 steps += _register_fragment(f"{sh}_local", frags[name])
             layout = self._layout(name, c)
             steps.append(ComputeAtStep(sh, R, r0[-1]))
-            identity = layout == tuple(range(len(layout)))
-            steps += _cooperative_fetch(sh, layout, threads, c["fetch_vector"] if identity else 1)
+            vec = c["fetch_vector"] if self._vector_fetch(name, c) else 1
+            steps += _cooperative_fetch(sh, layout, threads, vec)
             if c["pad"]:
                 steps.append(StoragePadStep(sh, c["pad"]))
         return steps

@@ -44,6 +44,22 @@ FRAGMENT_CFG = {
     "local_cache": 1,
 }
 SOFTMAX_CFG = {"threads": 128, "vector": 4}
+# a 3x3 conv with its padded input staged in shared memory (halo tile, padding in the fetch)
+CONV_STAGED_CFG = {
+    "tile_b": [1, 1, 1, 1],
+    "tile_ff": [4, 4, 4, 1],
+    "tile_y": [14, 4, 1, 1],
+    "tile_x": [2, 7, 1, 4],
+    "tile_rc": [16, 4],
+    "tile_ry": [1, 3],
+    "tile_rx": [1, 3],
+    "fetch_vector": 1,
+    "pad": 0,
+    "unroll_k": 0,
+    "shared_layout": 0,
+    "local_cache": 1,
+    "stage_padded": 1,
+}
 
 
 def cuda_source(op: str, shape: str, config: dict) -> str:
@@ -99,6 +115,7 @@ def test_softmax_source_uses_warp_shuffles() -> None:
         ("softmax", "4,16", {"threads": 64, "vector": 1}),
         ("layernorm", "4,24", {"threads": 64, "vector": 1}),
         ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
+        ("conv2d", "1,64,56,56,64,3,3,1,1", CONV_STAGED_CFG),
     ],
 )
 def test_generated_cuda_compiles_with_nvcc(tmp_path: Path, op: str, shape: str, config: dict) -> None:
@@ -164,21 +181,29 @@ def test_gpu_lowering_is_correct_in_emulation(op: str, shape: str, samples: int,
 
 
 @pytest.mark.parametrize(
-    ("op", "shape"),
-    [("matmul", "48,40,24"), ("dense_bias_gelu", "16,24,20"), ("conv2d", "1,6,9,9,8,3,3,1,1")],
+    ("op", "shape", "forced"),
+    [
+        ("matmul", "48,40,24", {"shared_layout": 1, "local_cache": 1}),
+        ("dense_bias_gelu", "16,24,20", {"shared_layout": 1, "local_cache": 1}),
+        ("conv2d", "1,6,9,9,8,3,3,1,1", {"shared_layout": 1, "local_cache": 1}),
+        # the padded input staged in shared memory, its halo and padding computed by the fetch
+        ("conv2d", "1,6,9,9,8,3,3,1,1", {"stage_padded": 1, "local_cache": 1}),
+        ("conv2d", "1,4,11,11,6,3,3,2,1", {"stage_padded": 1, "local_cache": 0}),
+    ],
 )
-def test_transposed_tiles_and_fragments_are_correct_in_emulation(
-    op: str, shape: str, builder, runner
-) -> None:
+def test_forced_knobs_are_correct_in_emulation(op: str, shape: str, forced: dict, builder, runner) -> None:
     wl = te.make_workload(op, shape)
     space = make_space(wl, TARGET)
     rng = np.random.default_rng()
     cfg = None
     for _ in range(200):
-        cfg = dict(space.sample(rng), shared_layout=1, local_cache=1)
+        cfg = dict(space.sample(rng), **forced)
         if space.is_valid(cfg):
             break
-    assert cfg is not None and space.is_valid(cfg), "no valid config with both knobs on"
+    assert cfg is not None and space.is_valid(cfg), f"no valid config with {forced}"
+    if forced.get("stage_padded"):
+        src = build_cuda_program(wl, space.steps(cfg), TARGET).source
+        assert "__shared__ float pad_shared[" in src
     inputs = wl.random_inputs(rng)
     ref = wl.run_reference(inputs)
     rtol, atol = tolerances(ref)
