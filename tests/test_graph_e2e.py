@@ -115,12 +115,19 @@ def test_tune_compile_bench_cli_on_a_small_mlp(tmp_path, capsys) -> None:  # noq
     assert again["trials"] == 10 and again["new_trials"] == 2
 
     assert (
-        compile_cli.main(["--model", MLP, "--db", db, "--check", "--json", "-o", str(tmp_path / "m.so")]) == 0
+        compile_cli.main(["--model", MLP, "--db", db, "--check", "--json", "-o", str(tmp_path / "m.so"),
+                          "--profile", "2"]) == 0
     )
     out = capsys.readouterr().out
     assert "4/4 fused subgraphs use tuned schedules" in out
     summary = _last_json(out)
     assert summary["ok"] and summary["tuned_subgraphs"] == 4 and os.path.isfile(summary["library"])
+    # the per-kernel profile: every call once, in order, timed, next to its task's tuning record
+    prof = summary["profile"]
+    assert [r["call"] for r in prof] == [0, 1, 2, 3]
+    assert all(r["seconds"] > 0 and r["tuned_s"] > 0 for r in prof)
+    assert {r["label"] for r in prof} == {t["workload"] for t in tasks}
+    assert "sum of calls" in out
 
     assert bench.main(["--model", MLP, "--db", db, "--json", "--repeat", "1", "--min-repeat-ms", "1"]) == 0
     result = _last_json(capsys.readouterr().out)

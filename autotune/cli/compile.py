@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "installed, the numpy reference interpreter)")
     p.add_argument("--show-entry", action="store_true",
                    help="print the generated C entry point (CUDA: the host launch sequence)")
+    p.add_argument("--profile", type=int, metavar="RUNS", default=0,
+                   help="CPU: time every kernel call inside RUNS whole model runs and print a table "
+                   "(median per call, the task's tuning measurement beside it)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     return p
 
@@ -77,6 +80,26 @@ def _run(args: argparse.Namespace) -> int:
         print(f"check vs {ref_name}: max abs err {err:.2e} (relative {rel:.1e}) {'ok' if ok else 'WRONG'}")
         out.update(max_abs_err=err, max_rel_err=rel, ok=ok, reference=ref_name)
         status = 0 if ok else 1
+    if args.profile:
+        if target.kind != "cpu":
+            raise UsageError("--profile times kernel calls of a CPU module; use bench.py for --target cuda")
+        rows = module.profile(repeat=args.profile)
+        print(format_profile(rows), flush=True)
+        out["profile"] = rows
     if args.json:
         print(json.dumps(out))
     return status
+
+
+def format_profile(rows: list[dict]) -> str:
+    """A table of per-call times: the slowest calls first, totals at the end."""
+    total = sum(r["seconds"] for r in rows) or 1.0
+    lines = [f"{'call':>4} {'ms':>8} {'share':>6} {'tuned ms':>9}  subgraph"]
+    for r in sorted(rows, key=lambda r: -r["seconds"]):
+        tuned = f"{r['tuned_s'] * 1e3:9.3f}" if r["tuned_s"] else f"{'-':>9}"
+        ms, share = r["seconds"] * 1e3, r["seconds"] / total
+        lines.append(f"{r['call']:>4} {ms:8.3f} {share:6.1%} {tuned}  {r['label']}")
+    tuned_sum = sum(r["tuned_s"] or 0.0 for r in rows)
+    lines.append(f"sum of calls {total * 1e3:.3f} ms; "
+                 f"sum of their tuning measurements {tuned_sum * 1e3:.3f} ms")
+    return "\n".join(lines)

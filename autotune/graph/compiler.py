@@ -274,6 +274,25 @@ class CompiledModule:
         arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
         return self.executable.time(arrays, self._outputs(), repeat, min_repeat_ms)
 
+    def profile(
+        self, inputs: Mapping[str, Any] | Sequence[Any] | None = None, repeat: int = 20
+    ) -> list[dict]:
+        """Per kernel call, in order: the median seconds it took inside whole model runs (each call
+        timed where it runs, so its inputs and weights are as warm as in a real run), and the
+        tuning measurement of its task (``tuned_s``; None for a default schedule). CPU only."""
+        if not hasattr(self.executable, "profile"):
+            raise GraphError(f"a per-kernel profile is not available for {type(self.executable).__name__}")
+        arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
+        calls = self.prepared.calls
+        seconds = self.executable.profile(arrays, self._outputs(), repeat, len(calls))
+        med = np.median(seconds, axis=0)
+        rows = []
+        for i, call in enumerate(calls):
+            c = self.choices[call.task]
+            rows.append({"call": i, "task": call.task, "label": c.task.label, "seconds": float(med[i]),
+                         "tuned_s": c.best_s if c.tuned else None})
+        return rows
+
     def __repr__(self) -> str:
         return f"CompiledModule({self.summary.line()})"
 

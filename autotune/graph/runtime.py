@@ -118,12 +118,36 @@ def entry_source(
         "  (void)c; (void)a; (void)io;",
     ]
     n_in = len(graph.inputs)
-    for call, kname in zip(calls, call_kernels):
-        ptrs = ", ".join(arg_expr(storage_of(graph, plan, v), n_in) for v in call.args)
-        lines.append(f"  {{ void* p[{len(call.args)}] = {{{ptrs}}}; {kname}(p); }}")
+    ptrs = [", ".join(arg_expr(storage_of(graph, plan, v), n_in) for v in call.args) for call in calls]
+    for call, kname, p in zip(calls, call_kernels, ptrs):
+        lines.append(f"  {{ void* p[{len(call.args)}] = {{{p}}}; {kname}(p); }}")
     lines.append("}")
     text = "\n".join(lines) + "\n"
-    return text + harness_source(entry) if with_harness else text
+    if not with_harness:
+        return text
+    # the same calls, each timed: seconds[i] += time of call i (a per-kernel profile in sequence)
+    prof = [
+        "",
+        "#include <time.h>",
+        "static double autotune_profile_now_s(void) {",
+        "  struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);",
+        "  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;",
+        "}",
+        f"void {entry}{PROFILE_SUFFIX}(void** args, double* seconds) {{",
+        "  void** c = (void**)args[0];",
+        "  char* a = (char*)args[1];",
+        "  void** io = args + 2;",
+        "  (void)c; (void)a; (void)io;",
+        "  double t0 = autotune_profile_now_s(), t1;",
+    ]
+    for i, (call, kname, p) in enumerate(zip(calls, call_kernels, ptrs)):
+        prof.append(f"  {{ void* p[{len(call.args)}] = {{{p}}}; {kname}(p); }}")
+        prof.append(f"  t1 = autotune_profile_now_s(); seconds[{i}] += t1 - t0; t0 = t1;")
+    prof.append("}")
+    return text + "\n".join(prof) + "\n" + harness_source(entry)
+
+
+PROFILE_SUFFIX = "_profile"
 
 
 class CpuModuleBackend(ModuleBackend):
@@ -275,6 +299,7 @@ class CpuExecutable:
         self.graph = graph
         self.plan = plan
         self.lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        self.entry_name = entry
         self.entry = getattr(self.lib, entry)
         self.entry.argtypes = [ctypes.c_void_p]
         self.entry.restype = None
@@ -312,6 +337,21 @@ class CpuExecutable:
         costs = (ctypes.c_double * repeat)()
         self._timer(self._args(inputs, outputs), 1, repeat, float(min_repeat_ms), costs)
         return list(costs)
+
+    def profile(
+        self, inputs: list[np.ndarray], outputs: list[np.ndarray], repeat: int, n_calls: int
+    ) -> np.ndarray:
+        """Seconds of each kernel call, ``[repeat, calls]``: whole model runs (after one warm-up
+        run), every call timed where it runs in the sequence."""
+        fn = getattr(self.lib, self.entry_name + PROFILE_SUFFIX)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = None
+        args = self._args(inputs, outputs)
+        self.entry(args)
+        out = np.zeros((repeat, n_calls), dtype=np.float64)
+        for r in range(repeat):
+            fn(args, out[r].ctypes.data)
+        return out
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
