@@ -21,6 +21,7 @@ Virtual threads are per-thread sub-tiles, lowered as unrolled loops.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 from autotune.ir.simplify import linear
 from autotune.schedule import (
@@ -103,21 +104,20 @@ class CudaSketch(Sketch):
         ]
         return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
 
-    @property
+    @cached_property
     def padded_inputs(self) -> list[str]:
         """Operands the anchor reads with reuse through an inlined select-only stage (padding)
         that reads one input: candidates for shared staging with the padding done by the fetch."""
-        if not hasattr(self, "_padded"):
-            spatial = {a.var for a in self.anchor.axes}
-            self._padded = []
-            for r in _reads(self.anchor):
-                if r.tensor.name not in self.inline_knob or r.tensor.name in self._padded:
-                    continue
-                srcs = {t.name for t in self.sch.stage(r.tensor.name).reads()}
-                used = set().union(*(free_vars(i) for i in r.indices))
-                if len(srcs) == 1 and not spatial <= used:
-                    self._padded.append(r.tensor.name)
-        return self._padded
+        spatial = {a.var for a in self.anchor.axes}
+        found: list[str] = []
+        for r in _reads(self.anchor):
+            if r.tensor.name not in self.inline_knob or r.tensor.name in found:
+                continue
+            srcs = {t.name for t in self.sch.stage(r.tensor.name).reads()}
+            used = set().union(*(free_vars(i) for i in r.indices))
+            if len(srcs) == 1 and not spatial <= used:
+                found.append(r.tensor.name)
+        return found
 
     def _shared_names(self, c: Config) -> list[str]:
         """The operands staged in shared memory under config ``c``."""

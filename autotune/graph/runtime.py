@@ -107,16 +107,15 @@ def entry_source(
     """C source of the entry point: one call per fused group, in order."""
     from .memory import storage_of
 
-    lines = [f"void {k}(void** args);" for k in dict.fromkeys(call_kernels)]
-    lines += [
-        "",
-        f"/* {len(calls)} kernel calls; arena {plan.arena_bytes} bytes */",
-        f"void {entry}(void** args) {{",
+    prologue = [
         "  void** c = (void**)args[0];",
         "  char* a = (char*)args[1];",
         "  void** io = args + 2;",
         "  (void)c; (void)a; (void)io;",
     ]
+    lines = [f"void {k}(void** args);" for k in dict.fromkeys(call_kernels)]
+    lines += ["", f"/* {len(calls)} kernel calls; arena {plan.arena_bytes} bytes */",
+              f"void {entry}(void** args) {{", *prologue]
     n_in = len(graph.inputs)
     ptrs = [", ".join(arg_expr(storage_of(graph, plan, v), n_in) for v in call.args) for call in calls]
     for call, kname, p in zip(calls, call_kernels, ptrs):
@@ -134,10 +133,7 @@ def entry_source(
         "  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;",
         "}",
         f"void {entry}{PROFILE_SUFFIX}(void** args, double* seconds) {{",
-        "  void** c = (void**)args[0];",
-        "  char* a = (char*)args[1];",
-        "  void** io = args + 2;",
-        "  (void)c; (void)a; (void)io;",
+        *prologue,
         "  double t0 = autotune_profile_now_s(), t1;",
     ]
     for i, (call, kname, p) in enumerate(zip(calls, call_kernels, ptrs)):
