@@ -5,6 +5,8 @@ records as gzipped JSON lines: the fixture that replay mode (autotune.search.rep
     python scripts/make_replay_db.py                      # the default set, into tests/data/
     python scripts/make_replay_db.py --list               # sizes of the default spaces
     python scripts/make_replay_db.py --op matmul --shape 62,136,67 --db my.db --out my.jsonl.gz
+    python scripts/make_replay_db.py --target cuda        # on a GPU machine: the CUDA set
+    python scripts/make_replay_db.py --target cuda --export-only   # export what the DB holds
 
 Tuning is resumable: the working DB (``--db``) keeps every measurement, a rerun tops it up.
 
@@ -24,9 +26,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autotune.measure import Builder, CpuRunner, RunOptions  # noqa: E402
+from autotune.cli.common import UsageError, fail, measure_tools, resolve_target  # noqa: E402
+from autotune.measure import RunOptions  # noqa: E402
+from autotune.measure.cuda_runner import CudaRunOptions  # noqa: E402
 from autotune.search import TuneOptions, WorkloadMeasurer, tune_workload  # noqa: E402
-from autotune.target import cpu_target  # noqa: E402
+from autotune.target import Target, offline_cuda_target  # noqa: E402
 from autotune.te import make_workload  # noqa: E402
 from records import MeasurementRecord, TuningDatabase, config_key  # noqa: E402
 from schedules import make_space  # noqa: E402
@@ -40,8 +44,30 @@ REPLAY_WORKLOADS = [
     ("dense_bias_relu", "53,72,61"),
     ("conv2d_nhwc", "1,7,7,97,56,1,1,1,0"),
 ]
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data",
-                           "replay_cpu.jsonl.gz")
+# The same ops on the GPU. CUDA spaces are larger (thread/block tiling, staging, vector fetch), so
+# extents are 2^a times a large prime: 900-2500 configs per space (H200 limits; ~9200 in all, about
+# 7 minutes of nvcc + runs on the H200), while each kernel still runs 20-200 us. (Tiny shapes with
+# small spaces run ~5 us, at the launch-overhead floor, where dozens of configs tie.) GPU timings are
+# stable, so no recheck is needed.
+REPLAY_WORKLOADS_CUDA = [
+    ("matmul", "502,514,1004"),
+    ("dense", "502,514,1004"),
+    ("batch_matmul", "3,254,514,251"),
+    ("dense_bias_relu", "1018,502,1004"),
+    ("conv2d_nhwc", "1,29,29,508,134,1,1,1,0"),
+]
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data")
+DEFAULT_OUT = os.path.join(DATA_DIR, "replay_cpu.jsonl.gz")
+
+
+def replay_target(kind: str, listing: bool) -> Target:
+    """The machine's target; for a CUDA listing without a device, H200-like limits."""
+    if kind == "cuda" and listing:
+        try:
+            return resolve_target("cuda")
+        except UsageError:
+            return offline_cuda_target()
+    return resolve_target(kind)
 
 
 def fastest(records: list[MeasurementRecord]) -> list[MeasurementRecord]:
@@ -70,15 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", help="measure one workload of this op instead of the default set")
     p.add_argument("--shape", help="its shape (with --op)")
     p.add_argument("--db", default="replay_work.db", help="working records DB (default ./replay_work.db)")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"gzipped JSONL export (default {DEFAULT_OUT})")
+    p.add_argument("--target", default="cpu", choices=("cpu", "cuda"), help="where to measure (default cpu)")
+    p.add_argument("--out", help="gzipped JSONL export (default tests/data/replay_<target>.jsonl.gz)")
     p.add_argument("--repeat", type=int, default=5, help="timed repeats per config (default 5)")
-    p.add_argument("--min-repeat-ms", type=float, default=20.0, help="ms per repeat (default 20)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--recheck", type=int, default=2, help="rounds re-measuring disturbed configs (default 2)")
+    p.add_argument("--min-repeat-ms", type=float, default=None,
+                   help="ms per repeat (default 20 on the CPU, 2 on the GPU)")
+    p.add_argument("--batch-size", type=int, default=None, help="configs per batch (default 8 CPU, 64 GPU)")
+    p.add_argument("--recheck", type=int, default=None,
+                   help="rounds re-measuring disturbed configs (default 2 on the CPU, 0 on the GPU)")
     p.add_argument("--list", action="store_true", help="print the space sizes and exit")
+    p.add_argument("--export-only", action="store_true", help="measure nothing; export what --db holds")
     args = p.parse_args(argv)
-    specs = [(args.op, args.shape)] if args.op else REPLAY_WORKLOADS
-    target = cpu_target()
+    gpu = args.target == "cuda"
+    out_path = args.out or os.path.join(DATA_DIR, f"replay_{args.target}.jsonl.gz")
+    batch = args.batch_size or (64 if gpu else 8)
+    recheck = args.recheck if args.recheck is not None else (0 if gpu else 2)
+    min_ms = args.min_repeat_ms if args.min_repeat_ms is not None else (2.0 if gpu else 20.0)
+    specs = [(args.op, args.shape)] if args.op else (REPLAY_WORKLOADS_CUDA if gpu else REPLAY_WORKLOADS)
+    try:
+        target = replay_target(args.target, args.list or args.export_only)
+    except UsageError as err:
+        fail(str(err))
     workloads = [make_workload(o, s) for o, s in specs]
     sizes = [make_space(wl, target).size() for wl in workloads]
     for (o, s), n in zip(specs, sizes):
@@ -86,23 +124,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         return 0
     db = TuningDatabase(args.db)
-    run = RunOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, timeout_s=20.0)
-    with Builder() as builder, CpuRunner() as runner:
+    if args.export_only:
+        return export(db, workloads, out_path)
+    run_cls = CudaRunOptions if gpu else RunOptions
+    run = run_cls(repeat=args.repeat, min_repeat_ms=min_ms, timeout_s=20.0)
+    builder, runner = measure_tools(target)
+    with builder, runner:
         for wl, n in zip(workloads, sizes):
             t0 = time.perf_counter()
-            opts = TuneOptions(trials=n, strategy="grid", batch_size=args.batch_size, run=run, progress=False)
+            opts = TuneOptions(trials=n, strategy="grid", batch_size=batch, run=run, progress=False)
             s = tune_workload(wl, target, db, opts, builder, runner)
             print(f"{s.workload}: {s.trials}/{n} measured ({s.errors} errors), best {s.best_gflops:.2f} "
                   f"GFLOP/s, {time.perf_counter() - t0:.0f} s", flush=True)
-            for r in range(args.recheck):
+            for r in range(recheck):
                 todo = disturbed(fastest(db.measurements(wl.key, target.key)))
                 print(f"  recheck {r + 1}: {len(todo)} disturbed configs", flush=True)
                 if not todo:
                     break
                 space = make_space(wl, target)
                 m = WorkloadMeasurer(wl, target, builder, runner, run)
-                for i in range(0, len(todo), args.batch_size):
-                    cfgs = [rec.config for rec in todo[i:i + args.batch_size]]
+                for i in range(0, len(todo), batch):
+                    cfgs = [rec.config for rec in todo[i:i + batch]]
                     for t in m.measure(cfgs, [space.steps(c) for c in cfgs]):
                         db.add_measurement(MeasurementRecord(
                             workload_key=wl.key, target_key=target.key, config=t.config,
@@ -110,20 +152,30 @@ def main(argv: list[str] | None = None) -> int:
                             costs=t.costs if t.error_kind is None else (),
                             error_kind=t.error_kind, error_msg=t.error_msg[:2000], build_s=t.build_s,
                             verified=t.error_kind is None, tuner="recheck", space_version=space.version))
+    return export(db, workloads, out_path)
+
+
+def export(db: TuningDatabase, workloads: list, out_path: str) -> int:
+    """Write each workload's fastest record per config (every target the DB holds them for)."""
     keys = {wl.key for wl in workloads}
+    if not any(db.measurements(key, t["key"]) for key in keys for t in db.targets()):
+        db.close()
+        fail(f"no measurements of these workloads in the DB; nothing written to {out_path}")
     out = TuningDatabase(":memory:")
     for w in db.workloads():
         if w["key"] in keys:
             out.add_workload(w["key"], w["name"], w["description"], w["flops"])
-    out.add_target(target.key, target.kind, target.fingerprint)
-    for key in keys:
-        out.add_measurements(fastest(db.measurements(key, target.key)))
+    for t in db.targets():
+        recs = [r for key in keys for r in fastest(db.measurements(key, t["key"]))]
+        if recs:
+            out.add_target(t["key"], t["kind"], t["fingerprint"])
+            out.add_measurements(recs)
     db.close()
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with gzip.open(args.out, "wt", encoding="utf-8", compresslevel=9) as fh:
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with gzip.open(out_path, "wt", encoding="utf-8", compresslevel=9) as fh:
         lines = out.export_jsonl(fh)
     out.close()
-    print(f"wrote {args.out}: {lines} lines, {os.path.getsize(args.out) / 1e6:.2f} MB")
+    print(f"wrote {out_path}: {lines} lines, {os.path.getsize(out_path) / 1e6:.2f} MB")
     return 0
 
 

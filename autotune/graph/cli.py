@@ -8,6 +8,7 @@ import importlib.util
 import json
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from .frontend import from_onnx
 from .ir import Graph, GraphError
 
 DEFAULT_MODEL_TRIALS = 200
+QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
 
 
 def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -214,13 +216,18 @@ def run_model_bench(args: argparse.Namespace) -> int:
     session = onnxruntime_session(model)
     ref = session.run(None, feeds)
     err, rel = compare(ours, ref)
-    # repeats interleaved (ours, onnxruntime, ours, ...) so a change in machine load hits both sides
+    # repeats interleaved (ours, onnxruntime, ours, ...) so a change in machine load hits both sides;
+    # a quiet gap before each: onnxruntime's pool threads spin on after a run (and OpenMP's after
+    # ours), and on a small machine they would take the cores from the other side's first runs
     ours_t: list[float] = []
     ort_t: list[float] = []
     ours_c_t: list[float] = []
     for _ in range(args.repeat):
+        time.sleep(QUIET_GAP_S)
         ours_t += time_callable(module.run, [feeds], 1, args.min_repeat_ms)
+        time.sleep(QUIET_GAP_S)
         ort_t += time_callable(lambda f: session.run(None, f), [feeds], 1, args.min_repeat_ms)
+        time.sleep(QUIET_GAP_S)
         ours_c_t += module.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
     ours_s, ort_s, ours_c = (statistics.median(t) for t in (ours_t, ort_t, ours_c_t))
     ok = rel <= 1e-3
