@@ -25,6 +25,7 @@ from records import TuningDatabase, config_key
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "replay_cpu.jsonl.gz"
+CUDA_FIXTURE = ROOT / "tests" / "data" / "replay_cuda.jsonl.gz"  # measured on the H200
 FAST = {"chains": 16, "sa_steps": 6}  # a lighter search keeps the tests quick
 
 
@@ -37,6 +38,16 @@ def replay() -> ReplayDB:
 def small(replay: ReplayDB):
     """The task with the fewest configs."""
     return min(replay.tasks(), key=lambda t: len(t.records))
+
+
+@pytest.fixture(scope="module")
+def cuda_replay() -> ReplayDB:
+    return ReplayDB(CUDA_FIXTURE)
+
+
+def good_configs(task) -> int:  # noqa: ANN001
+    """How many configs of a replay task are within 95% of its best."""
+    return sum(r.mean_s <= task.best_s / 0.95 for r in task.records.values())
 
 
 def test_fixture_is_a_fully_measured_space(replay: ReplayDB, small) -> None:
@@ -76,27 +87,55 @@ def test_tune_workload_runs_on_replay(replay: ReplayDB, small) -> None:
     assert s.best_s == pytest.approx(min(r.mean_s for r in db.measurements()))
 
 
-def test_xgb_proposes_valid_unseen_configs_and_finds_the_best_fast(replay: ReplayDB, small) -> None:
-    size = len(small.records)
-    ctx = TuneContext(small.workload, small.target, None, transfer=False, options=FAST)
-    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
-    runner = ReplayRunner(replay, small.workload, small.target)
+def xgb_trials_to_best(replay: ReplayDB, task) -> int | None:  # noqa: ANN001
+    """Run the xgb tuner on a replay task until it reaches 95% of the best; check every batch."""
+    ctx = TuneContext(task.workload, task.target, None, transfer=False, options=FAST)
+    tuner = make_tuner("xgb", task.space, 0, set(), context=ctx)
+    runner = ReplayRunner(replay, task.workload, task.target)
     seen: set[str] = set()
     costs: list[float] = []
-    while trials_to_reach(costs, small.best_s) is None and len(costs) < size:
+    while trials_to_reach(costs, task.best_s) is None and len(costs) < len(task.records):
         batch = tuner.next_batch(8)
-        assert batch and all(small.space.is_valid(c) for c in batch)
+        assert batch and all(task.space.is_valid(c) for c in batch)
         keys = [config_key(c) for c in batch]
         assert len(set(keys)) == len(keys) and not seen & set(keys), "never a config twice"
         seen.update(keys)
         res = list(runner.measure(batch, [[] for _ in batch]))
+        assert runner.misses == 0, "every valid config is in the replay DB"
         costs += [t.mean_s for t in res]
         tuner.update(batch, [t.mean_s for t in res])
-    hit = trials_to_reach(costs, small.best_s)
-    top = sum(r.mean_s <= small.best_s / 0.95 for r in small.records.values())
+    return trials_to_reach(costs, task.best_s)
+
+
+def test_xgb_proposes_valid_unseen_configs_and_finds_the_best_fast(replay: ReplayDB, small) -> None:
+    size, top = len(small.records), good_configs(small)
+    hit = xgb_trials_to_best(replay, small)
     worst = size - top + 1  # the last possible position of the first good config
     print(f"\nxgb reached 95% of the best of {small.label} ({size} configs, {top} good) after {hit} trials")
     assert hit is not None and hit <= worst // 2
+
+
+def test_cuda_fixture_is_a_whole_space_measured_on_a_gpu(cuda_replay: ReplayDB) -> None:
+    tasks = cuda_replay.tasks()
+    assert len(tasks) >= 5 and len({t.workload.name for t in tasks}) >= 4
+    for t in tasks:
+        assert t.target.kind == "cuda" and t.target.fingerprint["arch"].startswith("sm_")
+        assert "nvcc" in t.target.fingerprint and t.target.fingerprint.get("driver_version")
+    smallest = min(tasks, key=lambda t: len(t.records))
+    assert {config_key(c) for c in smallest.space} == set(smallest.records)
+    assert CUDA_FIXTURE.stat().st_size < 3e6
+
+
+def test_xgb_on_the_cuda_fixture_beats_the_odds(cuda_replay: ReplayDB) -> None:
+    """On the GPU space with the fewest good configs, xgb finds one long before a blind draw would
+    be expected to (random's expected position of the first good config: (size + 1) / (good + 1))."""
+    task = min(cuda_replay.tasks(), key=lambda t: good_configs(t) / len(t.records))
+    size, top = len(task.records), good_configs(task)
+    hit = xgb_trials_to_best(cuda_replay, task)
+    expected_random = (size + 1) / (top + 1)
+    print(f"\nxgb reached 95% of the best of {task.label} ({size} configs, {top} good) after {hit} trials; "
+          f"random expects {expected_random:.0f}")
+    assert hit is not None and hit <= expected_random
 
 
 def test_early_stopping(replay: ReplayDB, small) -> None:
