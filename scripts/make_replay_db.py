@@ -57,7 +57,6 @@ REPLAY_WORKLOADS_CUDA = [
     ("conv2d_nhwc", "1,29,29,508,134,1,1,1,0"),
 ]
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data")
-DEFAULT_OUT = os.path.join(DATA_DIR, "replay_cpu.jsonl.gz")
 
 
 def replay_target(kind: str, listing: bool) -> Target:
@@ -172,8 +171,10 @@ def export(db: TuningDatabase, workloads: list, out_path: str) -> int:
             out.add_measurements(recs)
     db.close()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with gzip.open(out_path, "wt", encoding="utf-8", compresslevel=9) as fh:
+    partial = out_path + ".partial"  # renamed when complete: a killed export leaves no half file
+    with gzip.open(partial, "wt", encoding="utf-8", compresslevel=9) as fh:
         lines = out.export_jsonl(fh)
+    os.replace(partial, out_path)
     out.close()
     print(f"wrote {out_path}: {lines} lines, {os.path.getsize(out_path) / 1e6:.2f} MB")
     return 0

@@ -243,3 +243,18 @@ def test_model_tuner_on_a_space_without_knobs() -> None:
         assert first == [{}]
         tuner.update(first, [1e-6])
         assert tuner.next_batch(4) == []
+
+
+def test_make_replay_db_measures_a_whole_space_and_exports_it(tmp_path: Path) -> None:
+    script = str(ROOT / "scripts" / "make_replay_db.py")
+    db, out = tmp_path / "w.db", tmp_path / "r.jsonl.gz"
+    base = [sys.executable, script, "--op", "matmul", "--shape", "4,8,2", "--db", str(db), "--out", str(out)]
+    empty = subprocess.run(base + ["--export-only"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert empty.returncode == 2 and "nothing written" in empty.stderr and not out.exists()
+    r = subprocess.run(base + ["--min-repeat-ms", "1", "--repeat", "2"], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    task = ReplayDB(out).tasks()[0]
+    # the export answers every valid config of the space, one (the fastest) record each
+    assert {config_key(c) for c in task.space} == set(task.records)
+    assert not list(tmp_path.glob("*.partial"))
