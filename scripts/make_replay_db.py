@@ -157,18 +157,21 @@ def main(argv: list[str] | None = None) -> int:
 def export(db: TuningDatabase, workloads: list, out_path: str) -> int:
     """Write each workload's fastest record per config (every target the DB holds them for)."""
     keys = {wl.key for wl in workloads}
-    if not any(db.measurements(key, t["key"]) for key in keys for t in db.targets()):
+    per_target = []  # (target, its fastest record per config), targets with records only
+    for t in db.targets():
+        recs = [r for key in keys for r in fastest(db.measurements(key, t["key"]))]
+        if recs:
+            per_target.append((t, recs))
+    if not per_target:
         db.close()
         fail(f"no measurements of these workloads in the DB; nothing written to {out_path}")
     out = TuningDatabase(":memory:")
     for w in db.workloads():
         if w["key"] in keys:
             out.add_workload(w["key"], w["name"], w["description"], w["flops"])
-    for t in db.targets():
-        recs = [r for key in keys for r in fastest(db.measurements(key, t["key"]))]
-        if recs:
-            out.add_target(t["key"], t["kind"], t["fingerprint"])
-            out.add_measurements(recs)
+    for t, recs in per_target:
+        out.add_target(t["key"], t["kind"], t["fingerprint"])
+        out.add_measurements(recs)
     db.close()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     partial = out_path + ".partial"  # renamed when complete: a killed export leaves no half file
