@@ -6,6 +6,7 @@ records as gzipped JSON lines: the fixture that replay mode (autotune.search.rep
     python scripts/make_replay_db.py --list               # sizes of the default spaces
     python scripts/make_replay_db.py --op matmul --shape 62,136,67 --db my.db --out my.jsonl.gz
     python scripts/make_replay_db.py --target cuda        # on a GPU machine: the CUDA set
+    python scripts/make_replay_db.py --target cuda --set large   # larger CUDA spaces (_large file)
     python scripts/make_replay_db.py --target cuda --export-only   # export what the DB holds
 
 Tuning is resumable: the working DB (``--db``) keeps every measurement, a rerun tops it up.
@@ -56,6 +57,15 @@ REPLAY_WORKLOADS_CUDA = [
     ("dense_bias_relu", "1018,502,1004"),
     ("conv2d_nhwc", "1,29,29,508,134,1,1,1,0"),
 ]
+# Larger CUDA spaces (2,500-6,400 valid configs, 23,771 in all) with a 3x3 convolution among them:
+# closer to the sizes real tuning searches, where random sampling needs hundreds of trials.
+REPLAY_WORKLOADS_CUDA_LARGE = [
+    ("dense", "254,508,1004"),
+    ("dense_bias_relu", "508,502,1004"),
+    ("batch_matmul", "4,254,251,502"),
+    ("conv2d_nhwc", "1,29,29,254,254,3,3,1,1"),
+    ("conv2d_nhwc", "1,29,29,508,268,1,1,1,0"),
+]
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data")
 
 
@@ -103,15 +113,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=None, help="configs per batch (default 8 CPU, 64 GPU)")
     p.add_argument("--recheck", type=int, default=None,
                    help="rounds re-measuring disturbed configs (default 2 on the CPU, 0 on the GPU)")
+    p.add_argument("--set", choices=("small", "large"), default="small",
+                   help="default workload set: small, or the larger CUDA spaces (--target cuda)")
     p.add_argument("--list", action="store_true", help="print the space sizes and exit")
     p.add_argument("--export-only", action="store_true", help="measure nothing; export what --db holds")
     args = p.parse_args(argv)
     gpu = args.target == "cuda"
-    out_path = args.out or os.path.join(DATA_DIR, f"replay_{args.target}.jsonl.gz")
+    if args.set == "large" and not gpu:
+        fail("--set large is a CUDA set: add --target cuda")
+    suffix = "_large" if args.set == "large" else ""
+    out_path = args.out or os.path.join(DATA_DIR, f"replay_{args.target}{suffix}.jsonl.gz")
     batch = args.batch_size or (64 if gpu else 8)
     recheck = args.recheck if args.recheck is not None else (0 if gpu else 2)
     min_ms = args.min_repeat_ms if args.min_repeat_ms is not None else (2.0 if gpu else 20.0)
-    specs = [(args.op, args.shape)] if args.op else (REPLAY_WORKLOADS_CUDA if gpu else REPLAY_WORKLOADS)
+    default_set = (REPLAY_WORKLOADS_CUDA_LARGE if args.set == "large" else REPLAY_WORKLOADS_CUDA) if gpu \
+        else REPLAY_WORKLOADS
+    specs = [(args.op, args.shape)] if args.op else default_set
     try:
         target = replay_target(args.target, args.list or args.export_only)
     except UsageError as err:
