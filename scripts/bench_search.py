@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import statistics
 import sys
@@ -49,7 +50,8 @@ STRATEGIES = {  # name -> (tuner strategy, transfer)
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--replay", default=str(DEFAULT_REPLAY), help="fully measured records (DB or .jsonl.gz)")
-    p.add_argument("--workloads", help="comma-separated labels of the replay workloads to use (default all)")
+    p.add_argument("--workloads", help="';'-separated labels (or op names) of the replay workloads to use "
+                   "(default all), e.g. 'matmul;dense[74,88,53]'")
     p.add_argument("--seeds", type=int, default=5, help="seeds per workload and strategy (default 5)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(STRATEGIES)}")
     p.add_argument("--batch-size", type=int, default=8)
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
     p.add_argument("--json", help="write every run's costs and the summary here")
     p.add_argument("--quiet", action="store_true", help="no per-run lines")
+    p.add_argument("--jobs", type=int, default=1, help="replay runs in this many processes (default 1)")
     real = p.add_argument_group("real hardware")
     real.add_argument("--real", action="store_true", help="tune on this CPU instead of replaying")
     real.add_argument("--op", default="matmul")
@@ -122,8 +125,12 @@ def run_replay(args: argparse.Namespace) -> dict:
     replay = ReplayDB(args.replay)
     tasks = replay.tasks()
     if args.workloads:
-        wanted = args.workloads.split(",")
-        tasks = [t for t in tasks if t.label in wanted]
+        wanted = [w for w in args.workloads.split(";") if w]
+        missing = [w for w in wanted if not any(w in (t.label, t.workload.name) for t in tasks)]
+        if missing:
+            raise SystemExit(f"error: no replay workload {', '.join(missing)}; "
+                             f"have: {'; '.join(t.label for t in tasks)}")
+        tasks = [t for t in tasks if t.label in wanted or t.workload.name in wanted]
     strategies = args.strategies.split(",")
     for s in strategies:
         if s not in STRATEGIES:
@@ -138,40 +145,38 @@ def run_replay(args: argparse.Namespace) -> dict:
     each = dt / max(1, n_feat)
     print(f"features: {n_feat} candidates lowered + extracted in {dt:.1f} s ({1000 * each:.1f} ms each; "
           f"a batch of 512 ~ {512 * each:.1f} s)")
-    ranking = ranking_quality(tasks, feats, args.max_transfer)
-
+    global _RUN_CONTEXT
+    _RUN_CONTEXT = (replay, {t.key: t for t in tasks}, feats, args)
+    # fork the workers before this process trains any model: xgboost's OpenMP runtime does not
+    # survive a fork once started (the children hang)
+    pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 else None
     runs: list[dict] = []
-    for task in tasks:
-        best = task.best_s
-        size = len(task.records)
-        top = sum(1 for r in task.records.values() if r.mean_s > 0 and best / r.mean_s >= args.fraction)
-        print(f"\n{task.label}: {size} configs, {top} within {args.fraction:.0%} of the best "
-              f"({task.workload.flops / best / 1e9:.1f} GFLOP/s)")
-        others = [s for k, (_, ss) in feats.items() if k != task.key for s in ss]
-        for name in strategies:
-            strategy, transfer = STRATEGIES[name]
-            hits = []
-            for seed in range(args.seeds):
-                start = time.perf_counter()
-                cache = dict(feats[task.key][0])
-                samples = subsample(others, args.max_transfer, seed) if transfer else None
-
-                def done(costs: list[float], best: float = best) -> bool:
-                    reached = trials_to_reach(costs, best, args.fraction) is not None
-                    return reached and len(costs) >= args.curve
-
-                costs = replay_tune(replay, task, strategy, size, seed=seed, batch_size=args.batch_size,
-                                    transfer=transfer, transfer_samples=samples, feature_cache=cache,
-                                    tuner_options=json.loads(args.tuner_options), stop_when=done)
-                hit = trials_to_reach(costs, best, args.fraction)
-                hits.append(hit if hit is not None else size + 1)
-                runs.append({"workload": task.label, "strategy": name, "seed": seed, "trials_to_target": hit,
-                             "costs": [c if math.isfinite(c) else None for c in costs],
-                             "seconds": round(time.perf_counter() - start, 2)})
-                if not args.quiet:
-                    print(f"  {name:13s} seed {seed}: {hit if hit is not None else 'never'} trials "
-                          f"({time.perf_counter() - start:.1f} s)", flush=True)
-            print(f"  {name:13s} median {statistics.median(hits):6.1f}  runs {hits}", flush=True)
+    try:
+        ranking = ranking_quality(tasks, feats, args.max_transfer)
+        for task in tasks:
+            best = task.best_s
+            size = len(task.records)
+            top = sum(1 for r in task.records.values() if r.mean_s > 0 and best / r.mean_s >= args.fraction)
+            print(f"\n{task.label}: {size} configs, {top} within {args.fraction:.0%} of the best "
+                  f"({task.workload.flops / best / 1e9:.1f} GFLOP/s)")
+            for name in strategies:
+                items = [(task.key, name, seed) for seed in range(args.seeds)]
+                results = pool.imap(_one_run, items) if pool is not None else map(_one_run, items)
+                hits = []
+                for run in results:
+                    hit = run["trials_to_target"]
+                    hits.append(hit if hit is not None else size + 1)
+                    runs.append(run)
+                    if not args.quiet:
+                        shown = hit if hit is not None else "never"
+                        print(f"  {name:13s} seed {run['seed']}: {shown} trials ({run['seconds']:.1f} s)",
+                              flush=True)
+                print(f"  {name:13s} median {statistics.median(hits):6.1f}  runs {hits}", flush=True)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        _RUN_CONTEXT = None
     summary = summarize(runs, tasks, strategies)
     curves = {}
     for name in strategies:
@@ -182,6 +187,32 @@ def run_replay(args: argparse.Namespace) -> dict:
     plot(curves, args.png, f"replay: {len(tasks)} workloads x {args.seeds} seeds", args.fraction)
     return {"mode": "replay", "summary": summary, "ranking": ranking, "curves": curves, "runs": runs,
             "feature_ms": 1000 * dt / max(1, n_feat)}
+
+
+_RUN_CONTEXT: tuple | None = None  # (replay, tasks by key, features, args), set before forking
+
+
+def _one_run(item: tuple) -> dict:
+    """One strategy on one replay task with one seed (runs in a worker with --jobs)."""
+    replay, tasks, feats, args = _RUN_CONTEXT  # type: ignore[misc]
+    key, name, seed = item
+    task = tasks[key]
+    strategy, transfer = STRATEGIES[name]
+    start = time.perf_counter()
+    others = [s for k, (_, ss) in feats.items() if k != key for s in ss]
+    samples = subsample(others, args.max_transfer, seed) if transfer else None
+
+    def done(costs: list[float]) -> bool:
+        reached = trials_to_reach(costs, task.best_s, args.fraction) is not None
+        return reached and len(costs) >= args.curve
+
+    costs = replay_tune(replay, task, strategy, len(task.records), seed=seed, batch_size=args.batch_size,
+                        transfer=transfer, transfer_samples=samples, feature_cache=dict(feats[key][0]),
+                        tuner_options=json.loads(args.tuner_options), stop_when=done)
+    return {"workload": task.label, "strategy": name, "seed": seed,
+            "trials_to_target": trials_to_reach(costs, task.best_s, args.fraction),
+            "costs": [c if math.isfinite(c) else None for c in costs],
+            "seconds": round(time.perf_counter() - start, 2)}
 
 
 def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str]) -> dict:

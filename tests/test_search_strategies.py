@@ -26,6 +26,7 @@ from records import TuningDatabase, config_key
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "replay_cpu.jsonl.gz"
 CUDA_FIXTURE = ROOT / "tests" / "data" / "replay_cuda.jsonl.gz"  # measured on the H200
+CUDA_LARGE_FIXTURE = ROOT / "tests" / "data" / "replay_cuda_large.jsonl.gz"  # larger spaces, same H200
 FAST = {"chains": 16, "sa_steps": 6}  # a lighter search keeps the tests quick
 
 
@@ -115,15 +116,18 @@ def test_xgb_proposes_valid_unseen_configs_and_finds_the_best_fast(replay: Repla
     assert hit is not None and hit <= worst // 2
 
 
-def test_cuda_fixture_is_a_whole_space_measured_on_a_gpu(cuda_replay: ReplayDB) -> None:
-    tasks = cuda_replay.tasks()
+@pytest.mark.parametrize("fixture", [CUDA_FIXTURE, CUDA_LARGE_FIXTURE], ids=["small", "large"])
+def test_cuda_fixture_is_a_whole_space_measured_on_a_gpu(fixture: Path, cuda_replay: ReplayDB) -> None:
+    replay = cuda_replay if fixture == CUDA_FIXTURE else ReplayDB(fixture)
+    tasks = replay.tasks()
     assert len(tasks) >= 5 and len({t.workload.name for t in tasks}) >= 4
     for t in tasks:
         assert t.target.kind == "cuda" and t.target.fingerprint["arch"].startswith("sm_")
         assert "nvcc" in t.target.fingerprint and t.target.fingerprint.get("driver_version")
     smallest = min(tasks, key=lambda t: len(t.records))
     assert {config_key(c) for c in smallest.space} == set(smallest.records)
-    assert CUDA_FIXTURE.stat().st_size < 3e6
+    assert all(r.ok for t in tasks for r in t.records.values()), "no failed measurement in a fixture"
+    assert fixture.stat().st_size < 3e6
 
 
 def test_xgb_on_the_cuda_fixture_beats_the_odds(cuda_replay: ReplayDB) -> None:
@@ -250,7 +254,8 @@ def test_make_replay_db_measures_a_whole_space_and_exports_it(tmp_path: Path) ->
     db, out = tmp_path / "w.db", tmp_path / "r.jsonl.gz"
     base = [sys.executable, script, "--op", "matmul", "--shape", "4,8,2", "--db", str(db), "--out", str(out)]
     empty = subprocess.run(base + ["--export-only"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert empty.returncode == 2 and "nothing written" in empty.stderr and not out.exists()
+    assert empty.returncode == 2 and "does not exist" in empty.stderr and "nothing written" in empty.stderr
+    assert not out.exists() and not db.exists(), "a refused export creates neither file"
     r = subprocess.run(base + ["--min-repeat-ms", "1", "--repeat", "2"], capture_output=True, text=True,
                        timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr
