@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", help="';'-separated labels (or op names) of the replay workloads to use "
                    "(default all), e.g. 'matmul;dense[74,88,53]'")
     p.add_argument("--seeds", type=int, default=5, help="seeds per workload and strategy (default 5)")
+    p.add_argument("--first-seed", type=int, default=0, help="seeds run from this one (default 0): a "
+                   "second run with fresh seeds checks the first")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help=f"of {', '.join(STRATEGIES)}")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best (0.95)")
@@ -160,7 +162,8 @@ def run_replay(args: argparse.Namespace) -> dict:
             print(f"\n{task.label}: {size} configs, {top} within {args.fraction:.0%} of the best "
                   f"({task.workload.flops / best / 1e9:.1f} GFLOP/s)")
             for name in strategies:
-                items = [(task.key, name, seed) for seed in range(args.seeds)]
+                seeds = range(args.first_seed, args.first_seed + args.seeds)
+                items = [(task.key, name, seed) for seed in seeds]
                 results = pool.imap(_one_run, items) if pool is not None else map(_one_run, items)
                 hits = []
                 for run in results:
