@@ -1,0 +1,39 @@
+"""scripts/bench_search.py in replay mode: runs spread over worker processes give the same results
+as one process, and a workload the replay set lacks is refused by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "scripts" / "bench_search.py")
+
+
+def bench(tmp_path: Path, name: str, *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    cmd = [sys.executable, SCRIPT, "--workloads", "dense_bias_relu", "--seeds", "2", "--first-seed", "3",
+           "--strategies", "random,xgb", "--curve", "8", "--quiet", "--png", str(tmp_path / f"{name}.png"),
+           "--json", str(out), "--tuner-options", '{"chains": 16, "sa_steps": 6}', *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
+    serial = bench(tmp_path, "serial")
+    parallel = bench(tmp_path, "parallel", "--jobs", "2")
+    key = [(r["strategy"], r["seed"], r["trials_to_target"], r["costs"]) for r in serial["runs"]]
+    assert [(r["strategy"], r["seed"], r["trials_to_target"], r["costs"]) for r in parallel["runs"]] == key
+    assert sorted({r["seed"] for r in serial["runs"]}) == [3, 4]
+    assert all(r["trials_to_target"] is not None for r in serial["runs"]), "every run reaches 95%"
+    medians = serial["summary"]["medians"]["overall"]
+    assert set(medians) == {"random", "xgb"} and all(v > 0 for v in medians.values())
+
+
+def test_unknown_workload_is_refused_by_name() -> None:
+    r = subprocess.run([sys.executable, SCRIPT, "--workloads", "matmul;nope", "--seeds", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode != 0 and "no replay workload nope" in r.stderr and "matmul[62,136,67]" in r.stderr
