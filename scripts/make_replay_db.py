@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         fail(str(err))
     workloads = [make_workload(o, s) for o, s in specs]
-    # exact counts (a walk of the raw space): size()'s sampled estimate for large raw spaces can fall
-    # short of the true count, and a grid run capped there would leave the space's tail unmeasured
-    sizes = [sum(1 for _ in make_space(wl, target)) for wl in workloads]
+    # exact counts (no limit: size() walks the raw space instead of sampling it); the sampled estimate
+    # for large raw spaces can fall short, and a grid run capped there leaves the space's tail unmeasured
+    sizes = [make_space(wl, target).size(limit=sys.maxsize) for wl in workloads]
     for (o, s), n in zip(specs, sizes):
         print(f"{o} {s}: {n} valid configs", flush=True)
     if args.list:

@@ -124,7 +124,7 @@ def test_cuda_fixture_is_a_whole_space_measured_on_a_gpu(fixture: Path, cuda_rep
     for t in tasks:
         assert t.target.kind == "cuda" and t.target.fingerprint["arch"].startswith("sm_")
         assert "nvcc" in t.target.fingerprint and t.target.fingerprint.get("driver_version")
-    for t in tasks:  # every valid config of every space has a record: replay never lacks one
+        # every valid config of every space has a record: replay never lacks one
         assert {config_key(c) for c in t.space} == set(t.records), t.label
     assert all(r.ok for t in tasks for r in t.records.values()), "no failed measurement in a fixture"
     assert fixture.stat().st_size < 3e6
