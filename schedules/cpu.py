@@ -10,7 +10,9 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
   the innermost spatial axis contiguous), placed where it is reused across the other S2 loops; an
   operand that is a model constant can instead be stored in those tiles once, at compile time
   (pack value ``<operand>@pre``, ``autotune.prepack``), so the kernel reads its tiles in place;
-- outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled;
+- outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled; where
+  an operand is a model constant, the order of the outer tiles is a knob (``outer_order`` 1: last
+  spatial axis outermost, so each thread works through whole weight panels);
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
   innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
@@ -120,6 +122,8 @@ class CpuSketch(Sketch):
             prepacked = tuple(f"{n}{PREPACKED}" for n in self.prepackable)
             knobs.append(ChoiceKnob("pack", ("none", *self.pack_candidates, *prepacked)))
             knobs.append(ChoiceKnob("unroll", (1, 0)))
+            if self.prepackable:
+                knobs.append(ChoiceKnob("outer_order", (0, 1)))
             constraints = [
                 ("vector_width", self._vector_ok),
                 ("register_tile", self._registers_ok),
@@ -198,6 +202,11 @@ class CpuSketch(Sketch):
             s0.append(f"{ta}.0")
             s1.append(f"{ta}.1.0")
             inner.append(f"{ta}.1.1")
+        if c.get("outer_order", 0):
+            # output tiles visited last axis first: with a weight's axis last (dense, NHWC conv) each
+            # thread's share of the parallel loop is whole weight panels, read once and reused from
+            # its own cache by every row tile, instead of every thread streaming all the weights
+            s0, s1 = s0[::-1], s1[::-1]
         steps.append(ReorderStep(T, tuple(s0 + s1 + inner)))
         steps.append(ComputeAtStep(R, T, s1[-1]))
         # compute stage: R0 S2 R1 S3
