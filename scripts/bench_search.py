@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from autotune.parallel import fork_map  # noqa: E402
 from autotune.search.replay import ReplayDB, ReplayTask, replay_tune, trials_to_reach  # noqa: E402
 from cost_model import Sample, make_model, spearman  # noqa: E402
 from cost_model.features import extract  # noqa: E402
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fraction", type=float, default=0.95, help="target: this fraction of the best (0.95)")
     p.add_argument("--curve", type=int, default=96, help="trials on the tuning curve (default 96)")
     p.add_argument("--max-transfer", type=int, default=1500, help="transfer samples per run (default 1500)")
+    p.add_argument("--transfer-extra", help="records of more workloads (DB or .jsonl.gz) that join every "
+                   "run's transfer pool, as a tuning DB holding more workloads would (workloads of the "
+                   "benchmark set itself are skipped)")
     p.add_argument("--tuner-options", default="{}",
                    help='JSON keyword options of the model-guided tuners, e.g. \'{"eps": 0.2}\'')
     p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
@@ -79,20 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- replay ---------------------------------------------------------------------------------------
-def task_features(task: ReplayTask) -> tuple[dict[str, np.ndarray | None], list[Sample]]:
-    """Features of every recorded config of a task (the tuner's cache) and its samples."""
-    cache: dict[str, np.ndarray | None] = {}
-    samples = []
-    group = f"{task.workload.key}/{task.target.key}"
-    for key, rec in task.records.items():
-        try:
-            f = extract(task.workload, task.space.steps(rec.config), task.target)
-        except Exception:  # noqa: BLE001 - an illegal schedule: no features
-            f = None
-        cache[key] = f
-        if f is not None:
-            samples.append(Sample(f, group, rec.mean_s))
-    return cache, samples
+def _config_features(tasks: list[ReplayTask], item: tuple[int, str]) -> np.ndarray | None:
+    task = tasks[item[0]]
+    try:
+        return extract(task.workload, task.space.steps(task.records[item[1]].config), task.target)
+    except Exception:  # noqa: BLE001 - an illegal schedule: no features
+        return None
+
+
+def tasks_features(tasks: list[ReplayTask]) -> dict[str, tuple[dict[str, np.ndarray | None], list[Sample]]]:
+    """Per task key: features of every recorded config (the tuner's cache) and its samples;
+    lowered in forked workers where the machine has cores to spare."""
+    items = [(i, key) for i, t in enumerate(tasks) for key in t.records]
+    rows = iter(fork_map(_config_features, tasks, items))
+    out = {}
+    for task in tasks:
+        cache: dict[str, np.ndarray | None] = {}
+        samples = []
+        group = f"{task.workload.key}/{task.target.key}"
+        for key, rec in task.records.items():
+            f = cache[key] = next(rows)
+            if f is not None:
+                samples.append(Sample(f, group, rec.mean_s))
+        out[task.key] = (cache, samples)
+    return out
 
 
 def subsample(samples: list[Sample], limit: int, seed: int) -> list[Sample]:
@@ -141,20 +155,27 @@ def run_replay(args: argparse.Namespace) -> dict:
           f"strategies {', '.join(strategies)}")
 
     t0 = time.perf_counter()
-    feats = {t.key: task_features(t) for t in tasks}
+    feats = tasks_features(tasks)
     n_feat = sum(len(c) for c, _ in feats.values())
+    extra: list[Sample] = []
+    more: list[ReplayTask] = []
+    if args.transfer_extra:
+        more = [t for t in ReplayDB(args.transfer_extra).tasks() if t.key not in feats]
+        extra = [s for _, ss in tasks_features(more).values() for s in ss]
+        n_feat += sum(len(t.records) for t in more)
+        print(f"transfer pool: the other benchmark workloads and {len(more)} of {args.transfer_extra}")
     dt = time.perf_counter() - t0
     each = dt / max(1, n_feat)
     print(f"features: {n_feat} candidates lowered + extracted in {dt:.1f} s ({1000 * each:.1f} ms each; "
           f"a batch of 512 ~ {512 * each:.1f} s)")
     global _RUN_CONTEXT
-    _RUN_CONTEXT = (replay, {t.key: t for t in tasks}, feats, args)
+    _RUN_CONTEXT = (replay, {t.key: t for t in tasks}, feats, extra, args)
     # fork the workers before this process trains any model: xgboost's OpenMP runtime does not
     # survive a fork once started (the children hang)
     pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 else None
     runs: list[dict] = []
     try:
-        ranking = ranking_quality(tasks, feats, args.max_transfer)
+        ranking = ranking_quality(tasks, feats, extra, args.max_transfer)
         for task in tasks:
             best = task.best_s
             size = len(task.records)
@@ -189,20 +210,21 @@ def run_replay(args: argparse.Namespace) -> dict:
         curves[name] = np.mean(per, axis=0).tolist() if per else []
     plot(curves, args.png, f"replay: {len(tasks)} workloads x {args.seeds} seeds", args.fraction)
     return {"mode": "replay", "summary": summary, "ranking": ranking, "curves": curves, "runs": runs,
+            "transfer_extra": [t.label for t in more],
             "feature_ms": 1000 * dt / max(1, n_feat)}
 
 
-_RUN_CONTEXT: tuple | None = None  # (replay, tasks by key, features, args), set before forking
+_RUN_CONTEXT: tuple | None = None  # (replay, tasks by key, features, extra samples, args), set before forking
 
 
 def _one_run(item: tuple) -> dict:
     """One strategy on one replay task with one seed (runs in a worker with --jobs)."""
-    replay, tasks, feats, args = _RUN_CONTEXT  # type: ignore[misc]
+    replay, tasks, feats, extra, args = _RUN_CONTEXT  # type: ignore[misc]
     key, name, seed = item
     task = tasks[key]
     strategy, transfer = STRATEGIES[name]
     start = time.perf_counter()
-    others = [s for k, (_, ss) in feats.items() if k != key for s in ss]
+    others = [s for k, (_, ss) in feats.items() if k != key for s in ss] + extra
     samples = subsample(others, args.max_transfer, seed) if transfer else None
 
     def done(costs: list[float]) -> bool:
@@ -253,14 +275,15 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str]) 
     return {"medians": table, "ratios_vs_random": ratios}
 
 
-def ranking_quality(tasks: list[ReplayTask], feats: dict, limit: int) -> dict:
-    """Spearman of predicted vs measured throughput on each workload, trained on the others."""
+def ranking_quality(tasks: list[ReplayTask], feats: dict, extra: list[Sample], limit: int) -> dict:
+    """Spearman of predicted vs measured throughput on each workload, trained on the others (and
+    the extra transfer pool)."""
     if len(tasks) < 2:
         return {}
     print("\nranking quality on a held-out workload (Spearman, predicted vs measured throughput)")
     out: dict[str, dict[str, float]] = {}
     for task in tasks:
-        train = subsample([s for k, (_, ss) in feats.items() if k != task.key for s in ss], limit, 0)
+        train = subsample([s for k, (_, ss) in feats.items() if k != task.key for s in ss] + extra, limit, 0)
         test = feats[task.key][1]
         X = np.stack([s.features for s in test])
         y = np.array([1.0 / s.cost_s if math.isfinite(s.cost_s) and s.cost_s > 0 else 0.0 for s in test])

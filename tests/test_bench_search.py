@@ -1,5 +1,6 @@
 """scripts/bench_search.py in replay mode: runs spread over worker processes give the same results
-as one process, and a workload the replay set lacks is refused by name."""
+as one process, more workloads can join the transfer pool, and a workload the replay set lacks is
+refused by name."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def test_unknown_workload_is_refused_by_name() -> None:
     r = subprocess.run([sys.executable, SCRIPT, "--workloads", "matmul;nope", "--seeds", "1"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode != 0 and "no replay workload nope" in r.stderr and "matmul[62,136,67]" in r.stderr
+
+
+def test_transfer_extra_adds_the_other_workloads_of_a_records_file(tmp_path: Path) -> None:
+    replay = str(ROOT / "tests" / "data" / "replay_cpu.jsonl.gz")
+    doc = bench(tmp_path, "extra", "--strategies", "xgb+transfer", "--transfer-extra", replay)
+    # the benchmark's own workload is not transfer data for itself; the other four are
+    assert len(doc["transfer_extra"]) == 4
+    assert not any(label.startswith("dense_bias_relu") for label in doc["transfer_extra"])
+    assert {r["strategy"] for r in doc["runs"]} == {"xgb+transfer"}
+    assert all(r["trials_to_target"] is not None for r in doc["runs"])
