@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", type=int, default=96, help="trials on the tuning curve (default 96)")
     p.add_argument("--max-transfer", type=int, default=1500, help="transfer samples per run (default 1500)")
     p.add_argument("--transfer-extra", help="records of more workloads (DB or .jsonl.gz) that join every "
-                   "run's transfer pool, as a tuning DB holding more workloads would (workloads of the "
-                   "benchmark set itself are skipped)")
+                   "run's transfer pool, as a tuning DB holding more workloads would (the benchmark's own "
+                   "workload/target pairs are skipped)")
     p.add_argument("--tuner-options", default="{}",
                    help='JSON keyword options of the model-guided tuners, e.g. \'{"eps": 0.2}\'')
     p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
