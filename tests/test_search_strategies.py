@@ -173,6 +173,26 @@ def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
     assert make_tuner("xgb-no-transfer", small.space, 0, set(), context=ctx).transfer_samples() == []
 
 
+def test_knob_features_option_reads_the_knobs_and_turns_transfer_off(replay: ReplayDB, small) -> None:
+    other = next(t for t in replay.tasks() if t.key != small.key)
+    db = TuningDatabase(":memory:")
+    for w in replay.db.workloads():
+        db.add_workload(w["key"], w["name"], w["description"], w["flops"])
+    for t in replay.db.targets():
+        db.add_target(t["key"], t["kind"], t["fingerprint"])
+    db.add_measurements(replay.db.measurements(other.workload.key)[:40])
+    ctx = TuneContext(small.workload, small.target, db, transfer=True, options={**FAST, "features": "knob"})
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    configs = [small.space.sample(np.random.default_rng(i)) for i in range(3)]
+    np.testing.assert_array_equal(tuner.features(configs), np.stack([small.space.encode(c) for c in configs]))
+    assert tuner.transfer_samples() == [] and tuner.name == "xgb-knob"
+    costs = replay_tune(replay, small, "xgb", 24, seed=1, tuner_options={**FAST, "features": "knob"})
+    assert len(costs) == 24 and all(math.isfinite(c) for c in costs)
+    with pytest.raises(ValueError, match="features must be"):
+        make_tuner("xgb", small.space, 0, set(), context=TuneContext(small.workload, small.target, None,
+                                                                     options={"features": "raw"}))
+
+
 def test_make_tuner_keeps_the_old_signature(small) -> None:
     rnd = make_tuner("random", small.space, 0, set())
     assert len(rnd.next_batch(4)) == 4

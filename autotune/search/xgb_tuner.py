@@ -28,7 +28,7 @@ class ModelTuner:
                  eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
-                 model_options: dict | None = None) -> None:
+                 features: str = "ir", model_options: dict | None = None) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -40,7 +40,14 @@ class ModelTuner:
         # the record label says what was asked for: the strategy's or the context's (--no-transfer)
         wants_transfer = bool(transfer and (context is None or context.transfer))
         self.name = model if wants_transfer else f"{model}-no-transfer"
-        self.transfer = wants_transfer and context is not None  # transfer data come from the context
+        if features == "knob":
+            self.name = f"{model}-knob"
+        if features not in ("ir", "knob"):
+            raise ValueError(f"features must be 'ir' or 'knob', not {features!r}")
+        # "knob": the model sees the space's own knob encoding, which learns faster from a task's
+        # first samples but means nothing for another workload's space, so there is no transfer
+        self.feature_kind = features
+        self.transfer = wants_transfer and context is not None and features == "ir"
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
         self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
@@ -75,7 +82,7 @@ class ModelTuner:
         """Feature rows of configs (cached; NaN rows where lowering fails)."""
         from cost_model.features import NUM_FEATURES
 
-        if self.ctx is None:  # no workload to lower: fall back to the knob encoding
+        if self.ctx is None or self.feature_kind == "knob":  # (no workload to lower: knobs too)
             return np.stack([self.space.encode(c) for c in configs]) if configs else np.zeros((0, 0))
         out = np.full((len(configs), NUM_FEATURES), np.nan)
         todo = {config_key(c): c for c in configs if config_key(c) not in self.cache}
