@@ -31,6 +31,19 @@ from records import TuningDatabase  # noqa: E402
 from schedules import make_space  # noqa: E402
 
 
+def load_kernel(prog, arrays: list[np.ndarray], name: str) -> tuple:  # noqa: ANN001 - a Program
+    """Build a rendered CPU program alone, bind copies of ``arrays`` (pre-tiled where the program
+    reads a weight's tiles) and return (function, argument pointers, buffers); the output is last."""
+    base = f"{tempfile.gettempdir()}/{name}"
+    Path(base + ".c").write_text(full_source(prog.kernel_name, prog.source))
+    subprocess.run(["gcc", *BuildOptions().flags, base + ".c", "-o", base + ".so"], check=True)
+    pre = dict(prog.prepack or ())
+    bufs = [np.ascontiguousarray(prepack_array(a, pre[i]) if i in pre else a).copy()
+            for i, a in enumerate(arrays)]
+    ptrs = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
+    return getattr(ctypes.CDLL(base + ".so"), prog.kernel_name), ptrs, bufs
+
+
 def main() -> None:
     label, model, db_path = sys.argv[1], sys.argv[2], sys.argv[3]
     target = cpu_target()
@@ -44,14 +57,7 @@ def main() -> None:
     calls, outs = {}, {}
     for order in (0, 1):
         prog = render(wl, space.steps(dict(rec.config, outer_order=order)), target)
-        base = f"{tempfile.gettempdir()}/ab_outer_order_{order}"
-        Path(base + ".c").write_text(full_source(prog.kernel_name, prog.source))
-        subprocess.run(["gcc", *BuildOptions().flags, base + ".c", "-o", base + ".so"], check=True)
-        pre = dict(prog.prepack or ())
-        bufs = [np.ascontiguousarray(prepack_array(a, pre[i]) if i in pre else a).copy()
-                for i, a in enumerate(arrays)]
-        ptrs = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
-        fn = getattr(ctypes.CDLL(base + ".so"), prog.kernel_name)
+        fn, ptrs, bufs = load_kernel(prog, arrays, f"ab_outer_order_{order}")
         fn(ptrs)
         outs[order], calls[order] = bufs[-1].copy(), (fn, ptrs, bufs)
     print("same:", np.allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4))

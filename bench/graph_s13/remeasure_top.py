@@ -9,22 +9,18 @@ every config, 7 calls each after a 256 MiB write that evicts the caches; ms, med
 
 from __future__ import annotations
 
-import ctypes
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from ab_outer_order import load_kernel  # noqa: E402
 
 from autotune.graph.compiler import prepare, render  # noqa: E402
 from autotune.graph.zoo import make_model  # noqa: E402
-from autotune.measure.builder import BuildOptions  # noqa: E402
-from autotune.measure.harness import full_source  # noqa: E402
-from autotune.prepack import prepack_array  # noqa: E402
 from autotune.schedule import step_from_dict  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
 from records import TuningDatabase  # noqa: E402
@@ -42,14 +38,7 @@ def main() -> None:
     calls = []
     for i, rec in enumerate(recs):
         prog = render(wl, [step_from_dict(d) for d in rec.steps], target)
-        base = f"{tempfile.gettempdir()}/remeasure_top_{i}"
-        Path(base + ".c").write_text(full_source(prog.kernel_name, prog.source))
-        subprocess.run(["gcc", *BuildOptions().flags, base + ".c", "-o", base + ".so"], check=True)
-        pre = dict(prog.prepack or ())
-        bufs = [np.ascontiguousarray(prepack_array(a, pre[j]) if j in pre else a).copy()
-                for j, a in enumerate(arrays)]
-        ptrs = (ctypes.c_void_p * len(bufs))(*[b.ctypes.data for b in bufs])
-        calls.append((getattr(ctypes.CDLL(base + ".so"), prog.kernel_name), ptrs, bufs))
+        calls.append(load_kernel(prog, arrays, f"remeasure_top_{i}"))
     evict = np.ones(64 << 20, np.float32)
     rounds: list[list[float]] = [[] for _ in recs]
     for _ in range(5):
