@@ -39,7 +39,7 @@ from autotune.te.expr import (
     children,
 )
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 CACHE_LINE = 64  # bytes
 TOP_STORES = 3
 READ_SLOTS = 3
@@ -49,7 +49,8 @@ ARITH = ["f_addsub", "f_mul", "f_div", "f_maxmin", "f_math", "f_select_cmp", "in
          "flops"]
 LOOPS = [
     "num_loops", "trip_count", "inner_extent", "inner_serial", "inner_parallel", "inner_vectorize",
-    "inner_unroll", "vec_len", "vec_loops", "unroll_product", "unroll_loops", "parallel_product",
+    "inner_unroll", "vec_len", "vec_loops", "unroll_product", "unroll_loops", "registers_extent",
+    "parallel_product",
     "parallel_loops", "serial_product", "work_per_thread", "guards", "is_init", "is_update",
 ]
 GPU = ["blockIdx_x", "blockIdx_y", "blockIdx_z", "threadIdx_x", "threadIdx_y", "threadIdx_z", "vthread",
@@ -334,6 +335,7 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
     f[_IDX["vec_loops"]] = kinds.count("vectorize")
     f[_IDX["unroll_product"]] = prod_of("unroll") if "unroll" in kinds else 0
     f[_IDX["unroll_loops"]] = kinds.count("unroll")
+    f[_IDX["registers_extent"]] = prod_of("registers") if "registers" in kinds else 0
     par = prod_of("parallel") if "parallel" in kinds else 0
     f[_IDX["parallel_product"]] = par
     f[_IDX["parallel_loops"]] = kinds.count("parallel")

@@ -13,6 +13,8 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled; where
   an operand is a model constant, the order of the outer tiles is a knob (``outer_order`` 1: last
   spatial axis outermost, so each thread works through whole weight panels);
+- the innermost reduction loop of the register tile can keep its accumulators in registers for
+  the whole loop (knob ``registers``, with the register tile unrolled; autotune.ir.registers);
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
   innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 
 from autotune.schedule import (
+    AnnotateStep,
     CacheReadStep,
     CacheWriteStep,
     ComputeAtStep,
@@ -124,12 +127,14 @@ class CpuSketch(Sketch):
             knobs.append(ChoiceKnob("unroll", (1, 0)))
             if self.prepackable:
                 knobs.append(ChoiceKnob("outer_order", (0, 1)))
+            knobs.append(ChoiceKnob("registers", (0, 1)))
             constraints = [
                 ("vector_width", self._vector_ok),
                 ("register_tile", self._registers_ok),
                 ("accumulator_size", lambda c: self._tile_elems(c, 2) <= MAX_ACCUMULATOR),
                 ("pack_size", self._pack_ok),
                 ("parallelism", self._parallel_ok),
+                ("registers", self._registers_loop_ok),
             ]
         return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
 
@@ -147,6 +152,16 @@ class CpuSketch(Sketch):
         t3 = [self._t(c, a)[3] for a in self.axes]
         vectors = math.prod(t3[:-1]) * max(1, t3[-1] // self.lanes)
         return vectors <= 16 and (not c["unroll"] or vectors <= MAX_UNROLLED)
+
+    def _register_loop(self, c: Config) -> str | None:
+        """The innermost R1 loop that is not a single step: with the register tile unrolled under
+        it, its body is the straight run of accumulator updates the ``registers`` knob keeps in
+        registers (autotune.ir.registers)."""
+        inner = [r for r in self.reduce_axes if self._t(c, r)[1] > 1]
+        return f"{inner[-1]}.1" if inner and c["unroll"] else None
+
+    def _registers_loop_ok(self, c: Config) -> bool:
+        return not c.get("registers", 0) or self._register_loop(c) is not None
 
     def _pack_ok(self, c: Config) -> bool:
         if c["pack"] == "none":
@@ -232,6 +247,8 @@ class CpuSketch(Sketch):
                 steps.append(vectorize(f"{pack}_local", f"a{len(layout) - 1}"))
         if c["unroll"]:
             steps += [unroll(R, x) for x in s3[:-1]]
+        if c.get("registers", 0):
+            steps.append(AnnotateStep(R, self._register_loop(c), "registers"))
         steps.append(vectorize(R, s3[-1]))
         steps.append(vectorize(T, inner[-1]))
         par = s0 + (s1 if c["parallel_depth"] == 2 else [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -72,6 +72,13 @@ class SearchSpace:
     to_steps: Callable[[Config], list[Step]]
     constraints: list[tuple[str, Callable[[Config], bool]]] = field(default_factory=list)
     version: int = 1
+
+    def without(self, names: set[str]) -> SearchSpace:
+        """The space with the named knobs removed: configs no longer carry them and the steps take
+        their value when absent (a knob added later defaults to what the code did before it)."""
+        if not names:
+            return self
+        return replace(self, knobs=[k for k in self.knobs if k.name not in names])
 
     def _options(self) -> list[list]:
         return [k.options for k in self.knobs]

@@ -36,7 +36,7 @@ def matmul():
     space = make_space(wl, target)
     lanes = target.vector_lanes  # 8 with AVX2, 16 with AVX-512: one vector of j per row
     base = {"tile_i": [2, 2, 4, 4], "tile_j": [1, 2, 32 // lanes, lanes], "tile_k": [16, 4],
-            "parallel_depth": 1, "pack": "none", "unroll": 0}
+            "parallel_depth": 1, "pack": "none", "unroll": 0, "registers": 0}
     assert space.is_valid(base), space.violated(base)
     return wl, target, space, base
 

@@ -231,7 +231,7 @@ def test_outer_order_gives_each_thread_its_own_weight_panels() -> None:
     assert "outer_order" in [k.name for k in space.knobs] and "outer_order" not in plain_knobs
     # 2 row tiles x 2 column tiles of the output in the parallel loop, the weight pre-tiled
     base = {"tile_i": [2, 1, 6, 2], "tile_j": [2, 1, 1, 24], "tile_k": [10, 4], "parallel_depth": 1,
-            "pack": "W@pre", "unroll": 0}
+            "pack": "W@pre", "unroll": 0, "registers": 0}
     configs = [dict(base, outer_order=o) for o in (0, 1)]
     assert all(space.is_valid(c) for c in configs)
     progs = [build_program(wl, space.steps(c), target) for c in configs]

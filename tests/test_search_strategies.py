@@ -173,7 +173,7 @@ def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
     assert make_tuner("xgb-no-transfer", small.space, 0, set(), context=ctx).transfer_samples() == []
 
 
-def test_knob_features_option_reads_the_knobs_and_turns_transfer_off(replay: ReplayDB, small) -> None:
+def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: ReplayDB, small) -> None:
     other = next(t for t in replay.tasks() if t.key != small.key)
     db = TuningDatabase(":memory:")
     for w in replay.db.workloads():
@@ -181,13 +181,26 @@ def test_knob_features_option_reads_the_knobs_and_turns_transfer_off(replay: Rep
     for t in replay.db.targets():
         db.add_target(t["key"], t["kind"], t["fingerprint"])
     db.add_measurements(replay.db.measurements(other.workload.key)[:40])
-    ctx = TuneContext(small.workload, small.target, db, transfer=True, options={**FAST, "features": "knob"})
-    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
     configs = [small.space.sample(np.random.default_rng(i)) for i in range(3)]
-    np.testing.assert_array_equal(tuner.features(configs), np.stack([small.space.encode(c) for c in configs]))
-    assert tuner.transfer_samples() == [] and tuner.name == "xgb-knob"
-    costs = replay_tune(replay, small, "xgb", 24, seed=1, tuner_options={**FAST, "features": "knob"})
-    assert len(costs) == 24 and all(math.isfinite(c) for c in costs)
+    knobs = np.stack([small.space.encode(c) for c in configs])
+    options = {**FAST, "features": "knob"}
+    alone = make_tuner("xgb", small.space, 0, set(), context=TuneContext(
+        small.workload, small.target, db, transfer=False, options=options))
+    np.testing.assert_array_equal(alone.features(configs), knobs)
+    assert alone.transfer_samples() == [] and alone.name == "xgb-knob-no-transfer"
+    # with transfer: the other workload's records train a prior on IR features; its score of a
+    # config is one more column after the knobs, and it alone ranks the first batch
+    ctx = TuneContext(small.workload, small.target, db, transfer=True, options=options)
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    assert tuner.name == "xgb-knob" and len(tuner.transfer_samples()) == 40
+    X = tuner.features(configs)
+    np.testing.assert_array_equal(X[:, :-1], knobs)
+    np.testing.assert_allclose(X[:, -1], tuner.prior.predict(tuner.ir_features(configs)))
+    first = tuner.next_batch(4)
+    assert tuner.trained and len(first) == 4
+    for samples in (None, tuner.transfer_samples()):
+        costs = replay_tune(replay, small, "xgb", 24, seed=1, transfer_samples=samples, tuner_options=options)
+        assert len(costs) == 24 and all(math.isfinite(c) for c in costs)
     with pytest.raises(ValueError, match="features must be"):
         make_tuner("xgb", small.space, 0, set(), context=TuneContext(small.workload, small.target, None,
                                                                      options={"features": "raw"}))

@@ -7,7 +7,20 @@ from __future__ import annotations
 
 import math
 
-from ..ir.nodes import Allocate, Buffer, For, IfThen, Load, Prefetch, PrimFunc, Seq, Stmt, Store, VStore
+from ..ir.nodes import (
+    Allocate,
+    Buffer,
+    For,
+    IfThen,
+    Load,
+    Prefetch,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    VLoad,
+    VStore,
+)
 from ..te.expr import (
     FLOAT_DTYPES,
     Binary,
@@ -54,6 +67,12 @@ class CStyleRenderer:
     def local_decl(self, b: Buffer) -> str:
         return f"{C_TYPES[b.dtype]} {b.name}[{b.size}];"
 
+    def register_decl(self, b: Buffer) -> str:
+        """A variable that holds a whole ``register`` buffer (one scalar; vectors: the backend)."""
+        if b.size != 1:
+            raise NotImplementedError(f"{type(self).__name__} has no vector registers")
+        return f"{C_TYPES[b.dtype]} {b.name};"
+
     def heap_alloc(self, b: Buffer) -> tuple[str, str]:
         t = C_TYPES[b.dtype]
         return (f"{t}* {self.restrict} {b.name} = ({t}*)malloc(sizeof({t}) * {b.size});", f"free({b.name});")
@@ -84,6 +103,8 @@ class CStyleRenderer:
         if isinstance(s, IfThen):
             return [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.body, depth + 1) + [pad + "}"]
         if isinstance(s, Allocate):
+            if s.buffer.scope == "register":  # a variable of the enclosing block
+                return [pad + self.register_decl(s.buffer)] + self.stmt(s.body, depth)
             if s.buffer.scope == "local":
                 return (
                     [pad + "{", pad + self.indent_unit + self.local_decl(s.buffer)]
@@ -99,6 +120,8 @@ class CStyleRenderer:
                     pad + "}",
                 ]
             )
+        if isinstance(s, (Store, VStore)) and s.buffer.scope == "register":
+            return [f"{pad}{s.buffer.name} = {self.expr(s.value)};"]
         if isinstance(s, Store):
             return [f"{pad}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};"]
         if isinstance(s, VStore):
@@ -148,6 +171,8 @@ class CStyleRenderer:
             return self.float_literal(e.value, e.dtype)
         if isinstance(e, Var):
             return e.name
+        if isinstance(e, (Load, VLoad)) and e.buffer.scope == "register":
+            return e.buffer.name
         if isinstance(e, Load):
             return f"{e.buffer.name}[{self.expr(e.index)}]"
         if isinstance(e, Binary):

@@ -84,6 +84,9 @@ static inline {v} at_vexp({v} x) {{
     def local_decl(self, b: Buffer) -> str:
         return f"{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
 
+    def register_decl(self, b: Buffer) -> str:
+        return f"{self.vtype} {b.name};" if b.size == self.lanes else super().register_decl(b)
+
     def heap_alloc(self, b: Buffer) -> tuple[str, str]:
         t = C_TYPES[b.dtype]
         nbytes = -(-(b.size * DTYPE_BYTES[b.dtype]) // 64) * 64

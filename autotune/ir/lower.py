@@ -47,12 +47,13 @@ _ANNOTATION_KIND = {
     "vectorize": "vectorize",
     "unroll": "unroll",
     "vthread": "vthread",
+    "registers": "registers",
 }
 THREAD_KINDS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 _ANNOTATION_KIND.update({k: k for k in THREAD_KINDS})
 
 
-SERIAL_KINDS = ("serial", "unroll")  # loops one thread runs in order
+SERIAL_KINDS = ("serial", "unroll", "registers")  # loops one thread runs in order
 LoopInfo = tuple[Var, int, str]  # a loop's variable, extent and kind
 
 

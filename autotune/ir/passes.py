@@ -41,6 +41,7 @@ from .nodes import (
     VStore,
     seq,
 )
+from .registers import promote_accumulators
 from .simplify import Ranges, expr_key, linear, simplify
 
 
@@ -374,6 +375,7 @@ def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64) -> PrimFunc:
     body = simplify_stmt(body) or Seq([])
     body = vectorize_loops(body, lanes)
     body = simplify_stmt(body) or Seq([])
+    body = promote_accumulators(body)
     return PrimFunc(f.name, f.args, body)
 
 

@@ -201,9 +201,12 @@ THREAD_AXES = (
 
 
 def annotate(stage: Stage, loop: Loop, kind: str) -> None:
-    """Mark a loop parallel / vectorize / unroll, or bind it to a GPU thread axis."""
-    if kind not in ("parallel", "vectorize", "unroll") + THREAD_AXES:
+    """Mark a loop parallel / vectorize / unroll, bind it to a GPU thread axis, or (``registers``,
+    a reduction loop) ask for the accumulators it updates to be kept in registers throughout."""
+    if kind not in ("parallel", "vectorize", "unroll", "registers") + THREAD_AXES:
         raise ScheduleError(f"unknown annotation {kind!r}")
+    if kind == "registers" and loop.kind != "reduce":
+        raise ScheduleError(f"registers annotates a reduction loop, {loop} is not")
     if kind in THREAD_AXES and kind != "vthread":
         for lp, other in stage.annotations.items():
             if other == kind and lp is not loop:

@@ -80,7 +80,7 @@ class FuseStep(Step):
 
 @dataclass(frozen=True)
 class AnnotateStep(Step):
-    """parallel / vectorize / unroll on one loop."""
+    """parallel / vectorize / unroll / registers (or a GPU thread axis) on one loop."""
 
     stage: str
     loop: str

@@ -91,7 +91,12 @@ class ReplayDB:
                 if w is None or tk not in targets:
                     continue
                 wl = workload_from_description(w["description"])
-                tasks.append(ReplayTask(wl, targets[tk], make_space(wl, targets[tk]), w["name"], recs))
+                space = make_space(wl, targets[tk])
+                # knobs added after the records were measured: the replayed space is the one they
+                # were measured in (each such knob at the value the code had before it existed)
+                recorded = set().union(*(r.config.keys() for r in recs.values()))
+                space = space.without({k.name for k in space.knobs} - recorded)
+                tasks.append(ReplayTask(wl, targets[tk], space, w["name"], recs))
             self._tasks = sorted(tasks, key=lambda t: (t.label, t.key))
         return self._tasks
 
@@ -112,6 +117,12 @@ class ReplayRunner:
         self.replay, self.workload, self.target = replay, workload, target
         self.hits = self.misses = 0
         self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # as WorkloadMeasurer: nothing spent
+
+    @property
+    def space(self) -> SearchSpace:
+        """The space the records were measured in (tune_workload searches this one)."""
+        task = next((t for t in self.replay.tasks() if t.key == (self.workload.key, self.target.key)), None)
+        return task.space if task is not None else make_space(self.workload, self.target)
 
     def measure(self, configs: list[Config], steps: list[list[Step]]) -> Iterator[Trial]:
         for cfg, st in zip(configs, steps):

@@ -87,10 +87,11 @@ def tune_workload(
     """Measure until the DB holds ``options.trials`` results for (wl, target) or the space runs out
     (or a model-guided tuner stops early). ``measurer`` replaces building and running on this
     machine: anything with WorkloadMeasurer's ``measure`` method, e.g. a replay.ReplayRunner that
-    answers from recorded measurements."""
+    answers from recorded measurements (a measurer with a ``space`` attribute is searched in that
+    space: the one its records were measured in)."""
     start = time.perf_counter()
     register(db, wl, target)
-    space = make_space(wl, target)
+    space = getattr(measurer, "space", None) or make_space(wl, target)
     done_keys = db.measured_config_keys(wl.key, target.key)
     todo = max(0, options.trials - len(done_keys))
     context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)

@@ -39,15 +39,18 @@ class ModelTuner:
         self.model = make_model(model, seed=seed, **(model_options or {}))
         # the record label says what was asked for: the strategy's or the context's (--no-transfer)
         wants_transfer = bool(transfer and (context is None or context.transfer))
-        self.name = model if wants_transfer else f"{model}-no-transfer"
-        if features == "knob":
-            self.name = f"{model}-knob"
         if features not in ("ir", "knob"):
             raise ValueError(f"features must be 'ir' or 'knob', not {features!r}")
-        # "knob": the model sees the space's own knob encoding, which learns faster from a task's
-        # first samples but means nothing for another workload's space, so there is no transfer
+        base = f"{model}-knob" if features == "knob" else model
+        self.name = base if wants_transfer else f"{base}-no-transfer"
+        # "knob": the task's own model reads the space's knob encoding, which learns faster from a
+        # task's first samples; knob vectors mean nothing in another workload's space, so transfer
+        # works through a separate prior model on IR features, trained on the other workloads'
+        # records: it picks the first batch alone, then its score is one more input column of the
+        # task's own model (see _train)
         self.feature_kind = features
-        self.transfer = wants_transfer and context is not None and features == "ir"
+        self.transfer = wants_transfer and context is not None
+        self.prior: Any = None  # the transfer prior of knob features (trained on first use)
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
         self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
@@ -79,11 +82,18 @@ class ModelTuner:
             self.best_cost = min(self.best_cost, rec.mean_s)
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:
-        """Feature rows of configs (cached; NaN rows where lowering fails)."""
+        """Feature rows of configs: IR features (cached; NaN rows where lowering fails), or knob
+        encodings followed, where there is a transfer prior, by its score (no context: knobs)."""
+        if self.ctx is None or self.feature_kind == "knob":  # (no workload to lower: knobs too)
+            knobs = np.stack([self.space.encode(c) for c in configs]) if configs else np.zeros((0, 0))
+            prior = self._prior_scores(configs)
+            return knobs if prior is None else np.column_stack([knobs, prior])
+        return self.ir_features(configs)
+
+    def ir_features(self, configs: Sequence[Config]) -> np.ndarray:
+        """IR feature rows of configs (cached; NaN rows where lowering fails)."""
         from cost_model.features import NUM_FEATURES
 
-        if self.ctx is None or self.feature_kind == "knob":  # (no workload to lower: knobs too)
-            return np.stack([self.space.encode(c) for c in configs]) if configs else np.zeros((0, 0))
         out = np.full((len(configs), NUM_FEATURES), np.nan)
         todo = {config_key(c): c for c in configs if config_key(c) not in self.cache}
         if todo:  # lowering is pure Python: spread over spare cores (the GPU host has 16)
@@ -111,6 +121,25 @@ class ModelTuner:
                         limit=self.max_transfer, seed=self.seed)
         return self._transfer_samples
 
+    def _prior_scores(self, configs: Sequence[Config]) -> np.ndarray | None:
+        """The transfer prior's scores of configs (knob features with transfer data), else None;
+        -inf where the schedule does not lower."""
+        if self.feature_kind != "knob" or self.ctx is None or not self.transfer_samples():
+            return None
+        if self.prior is None:
+            from cost_model import make_model
+
+            self.prior = make_model("xgb", seed=self.seed)
+            self.prior.fit(self.transfer_samples())
+        if not configs:
+            return np.zeros(0)
+        X = self.ir_features(configs)
+        ok = ~np.isnan(X).any(axis=1)
+        out = np.full(len(configs), -np.inf)
+        if ok.any():
+            out[ok] = self.prior.predict(X[ok])
+        return out
+
     def _train(self) -> None:
         from cost_model import Sample
 
@@ -119,6 +148,15 @@ class ModelTuner:
         if self.measured:
             X = self.features([c for c, _ in self.measured])
             own = [Sample(x, "self", cost) for x, (_, cost) in zip(X, self.measured)]
+        if self.feature_kind == "knob" and self.ctx is not None:
+            # the task's own samples only (transfer data lives in the prior); before any, the prior
+            # alone ranks the first batch
+            if not any(math.isfinite(c) for _, c in self.measured):
+                self.trained = self._prior_scores([]) is not None
+                return
+            self.model.fit(own)
+            self.trained = bool(getattr(self.model, "trained", True))
+            return
         transfer = self.transfer_samples()
         if self.transfer_until is not None and len(own) >= self.transfer_until:
             transfer = []  # enough data of the task itself: other workloads would only blur it
@@ -164,7 +202,13 @@ class ModelTuner:
         return full[int(self.rng.integers(len(full)))] if full else cfg
 
     def _score(self, configs: Sequence[Config]) -> np.ndarray:
-        return self.model.predict(self.features(configs)) if configs else np.zeros(0)
+        if not configs:
+            return np.zeros(0)
+        if self.feature_kind == "knob" and not any(math.isfinite(c) for _, c in self.measured):
+            prior = self._prior_scores(configs)  # nothing of the task measured yet
+            if prior is not None:
+                return prior
+        return self.model.predict(self.features(configs))  # -inf where a feature is missing
 
     def _anneal(self) -> list[tuple[float, Config]]:
         """Simulated annealing from the carried states, the best measured configs and random ones;

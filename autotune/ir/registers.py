@@ -1,0 +1,185 @@
+"""Register promotion: the accumulators of a reduction loop marked ``registers`` live in registers.
+
+After unrolling and vectorization the innermost reduction loop of a tiled contraction is a
+straight run of updates ``acc[c_i] = acc[c_i] + a * b`` whose accumulator addresses do not move
+with the loop. Left as memory operations, the C compiler decides for itself whether they stay in
+registers for the whole loop; GCC often interchanges loops instead, or reloads and stores the
+accumulator tile every few steps. For a loop the schedule marks ``registers`` (the CPU knob of the
+same name) this pass makes it explicit: each accumulator element (a vector, or a scalar) is loaded
+into a ``register`` buffer before the loop, updated there, and stored back after it. Whether that
+is faster depends on the tile (measured: bench/regs_s14), so it is a knob, not a default.
+
+A loop qualifies when its body holds only stores (and prefetch hints), every store goes to a
+``local`` buffer at an address the loop does not move, all stores to one buffer share one base and
+sit at constant offsets that either coincide or do not overlap, and every read of those buffers in
+the body is one of the stored elements. A marked loop that does not qualify stays a plain loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterator
+
+from ..te.expr import Expr, IntImm, Var, children, rebuild
+from .nodes import (
+    Allocate,
+    Broadcast,
+    Buffer,
+    For,
+    Gather,
+    IfThen,
+    Load,
+    Prefetch,
+    Seq,
+    Stmt,
+    Store,
+    VBinary,
+    VCall,
+    VLoad,
+    VReduce,
+    VSelect,
+    VStore,
+    seq,
+)
+from .simplify import linear
+
+MAX_REGISTERS = 16  # accumulators promoted per loop (AVX2 has 16 vector registers)
+
+Slot = tuple[int, tuple, int, int]  # (buffer id, non-constant part of the address, offset, lanes)
+
+
+def map_deep(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """A copy of ``e`` where every node for which ``fn`` returns an expression is replaced by it
+    (the replacement is not visited again); reaches into loads and vector nodes."""
+    hit = fn(e)
+    if hit is not None:
+        return hit
+    if isinstance(e, Load):
+        return Load(e.buffer, map_deep(e.index, fn))
+    if isinstance(e, VLoad):
+        return VLoad(e.buffer, map_deep(e.base, fn), e.lanes)
+    if isinstance(e, Broadcast):
+        return Broadcast(map_deep(e.value, fn), e.lanes)
+    if isinstance(e, VBinary):
+        return VBinary(e.op, map_deep(e.a, fn), map_deep(e.b, fn), e.lanes)
+    if isinstance(e, VCall):
+        return VCall(e.name, map_deep(e.arg, fn), e.lanes)
+    if isinstance(e, VSelect):
+        return VSelect(map_deep(e.cond, fn), map_deep(e.t, fn), map_deep(e.f, fn), e.lanes)
+    if isinstance(e, Gather):
+        return Gather(tuple(map_deep(x, fn) for x in e.elems))
+    if isinstance(e, VReduce):
+        return VReduce(e.op, map_deep(e.arg, fn))
+    kids = tuple(children(e))
+    return rebuild(e, tuple(map_deep(k, fn) for k in kids)) if kids else e
+
+
+def _reads(e: Expr) -> list[Load | VLoad]:
+    found: list[Load | VLoad] = []
+
+    def visit(x: Expr) -> None:
+        if isinstance(x, (Load, VLoad)):
+            found.append(x)
+
+    map_deep(e, lambda x: visit(x))
+    return found
+
+
+def _mentions(e: Expr, var: Var) -> bool:
+    hit = []
+    map_deep(e, lambda x: hit.append(True) if x is var else None)
+    return bool(hit)
+
+
+def _slot(buffer: Buffer, index: Expr, lanes: int) -> Slot:
+    lin = linear(index, {})
+    terms = tuple(sorted((k, c) for k, (_, c) in lin.terms.items()))
+    return (id(buffer), terms, lin.const, lanes)
+
+
+def _may_alias(slots: list[Slot]) -> bool:
+    """Two different slots that might share an element: on one buffer, with different non-constant
+    parts (not comparable), or the same part and intersecting constant ranges."""
+    for a, b in itertools.combinations(set(slots), 2):
+        if a[0] == b[0] and (a[1] != b[1] or (a[2] < b[2] + b[3] and b[2] < a[2] + a[3])):
+            return True
+    return False
+
+
+def _promote(loop: For, max_registers: int, names: Iterator[int]) -> Stmt | None:
+    body = loop.body.stmts if isinstance(loop.body, Seq) else [loop.body]
+    stores = [s for s in body if isinstance(s, (Store, VStore))]
+    if not stores or any(not isinstance(s, (Store, VStore, Prefetch)) for s in body):
+        return None
+    where: dict[Slot, tuple[Buffer, Expr]] = {}
+    for s in stores:
+        index, lanes = (s.index, 1) if isinstance(s, Store) else (s.base, s.lanes)
+        if s.buffer.scope != "local" or _mentions(index, loop.var):
+            return None
+        where.setdefault(_slot(s.buffer, index, lanes), (s.buffer, index))
+    if len(where) > max_registers or _may_alias(list(where)):
+        return None
+    promoted = {slot[0] for slot in where}
+    for s in stores:
+        for r in _reads(s.value):
+            lanes = r.lanes if isinstance(r, VLoad) else 1
+            index = r.base if isinstance(r, VLoad) else r.index
+            if id(r.buffer) in promoted and _slot(r.buffer, index, lanes) not in where:
+                return None
+    regs = {slot: Buffer(f"{buf.name}_r{next(names)}", buf.dtype, (slot[3],), "register")
+            for slot, (buf, _) in where.items()}
+
+    def read(x: Expr) -> Expr | None:
+        if isinstance(x, VLoad) and id(x.buffer) in promoted:
+            return VLoad(regs[_slot(x.buffer, x.base, x.lanes)], IntImm(0), x.lanes)
+        if isinstance(x, Load) and id(x.buffer) in promoted:
+            return Load(regs[_slot(x.buffer, x.index, 1)], IntImm(0))
+        return None
+
+    def write(buf: Buffer, index: Expr, value: Expr, lanes: int) -> Stmt:
+        return Store(buf, index, value) if lanes == 1 else VStore(buf, index, value, lanes)
+
+    new_body = []
+    for s in body:
+        if isinstance(s, Prefetch):
+            new_body.append(s)
+            continue
+        index, lanes = (s.index, 1) if isinstance(s, Store) else (s.base, s.lanes)
+        reg = regs[_slot(s.buffer, index, lanes)]
+        new_body.append(write(reg, IntImm(0), map_deep(s.value, read), lanes))
+    loads, stores_back = [], []
+    for slot, (buf, index) in where.items():
+        lanes, reg = slot[3], regs[slot]
+        fetch = Load(buf, index) if lanes == 1 else VLoad(buf, index, lanes)
+        back = Load(reg, IntImm(0)) if lanes == 1 else VLoad(reg, IntImm(0), lanes)
+        loads.append(write(reg, IntImm(0), fetch, lanes))
+        stores_back.append(write(buf, index, back, lanes))
+    out: Stmt = seq(*loads, For(loop.var, loop.extent, seq(*new_body)), *stores_back)
+    for reg in reversed(list(regs.values())):
+        out = Allocate(reg, out)
+    return out
+
+
+def promote_accumulators(s: Stmt, max_registers: int = MAX_REGISTERS) -> Stmt:
+    """Keep the accumulators of every qualifying ``registers`` loop in registers (see the module
+    doc); every ``registers`` loop comes back ``serial``. Registers are named ``<buffer>_r<n>``,
+    numbered in program order."""
+    names = itertools.count()
+
+    def visit(s: Stmt) -> Stmt:
+        if isinstance(s, Seq):
+            return Seq([visit(c) for c in s.stmts])
+        if isinstance(s, For):
+            if s.kind == "registers":
+                done = _promote(s, max_registers, names)
+                if done is not None:
+                    return done
+            kind = "serial" if s.kind == "registers" else s.kind
+            return For(s.var, s.extent, visit(s.body), kind)
+        if isinstance(s, IfThen):
+            return IfThen(s.cond, visit(s.body))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, visit(s.body))
+        return s
+
+    return visit(s)

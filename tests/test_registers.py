@@ -1,0 +1,105 @@
+"""The ``registers`` knob and pass: accumulators kept in registers over the innermost reduction loop."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from autotune.ir.nodes import Allocate, Buffer, For, Load, Seq, Store, VLoad, VStore
+from autotune.ir.passes import _walk_deep
+from autotune.ir.registers import promote_accumulators
+from autotune.measure import Builder, CpuRunner, RunOptions
+from autotune.program import build_program
+from autotune.search.measure_batch import WorkloadMeasurer
+from autotune.search.replay import ReplayDB
+from autotune.target import cpu_target
+from autotune.te import library
+from autotune.te.expr import Binary, FloatImm, IntImm, Var
+from schedules import make_space
+
+DATA = Path(__file__).parent / "data"
+
+
+def _walk(s):  # noqa: ANN001, ANN202 - every statement
+    yield s
+    if isinstance(s, Seq):
+        for c in s.stmts:
+            yield from _walk(c)
+    elif isinstance(s, (For, Allocate)):
+        yield from _walk(s.body)
+
+
+def _registers(body) -> list[Buffer]:  # noqa: ANN001
+    return [s.buffer for s in _walk(body) if isinstance(s, Allocate) and s.buffer.scope == "register"]
+
+
+def _matmul_config(registers: int) -> dict:
+    # 32x64 output; a 4 x 16 register tile (4 x 2 vectors) under a 16-step inner reduction loop
+    return {"tile_i": [2, 1, 4, 4], "tile_j": [2, 1, 2, 16], "tile_k": [4, 16], "parallel_depth": 1,
+            "pack": "none", "unroll": 1, "registers": registers}
+
+
+def test_registers_knob_keeps_the_register_tile_in_registers_and_stays_correct() -> None:
+    wl, target = library.matmul(32, 64, 64), cpu_target()
+    space = make_space(wl, target)
+    assert "registers" in [k.name for k in space.knobs]
+    configs = [_matmul_config(r) for r in (0, 1)]
+    assert all(space.is_valid(c) for c in configs), [space.violated(c) for c in configs]
+    # nothing to keep in registers without the unrolled register tile: not a separate config
+    assert space.violated(dict(configs[1], unroll=0)) == ["registers"]
+    plain, promoted = (build_program(wl, space.steps(c), target).func for c in configs)
+    assert not _registers(plain.body)
+    regs = _registers(promoted.body)
+    assert len(regs) == 8 and all(b.shape == (8,) for b in regs)  # 4 rows x 2 vectors
+    # the k loop inside them reads and writes registers only: no accumulator traffic in memory
+    k_loop = next(s for s in _walk(promoted.body) if isinstance(s, For) and s.extent == 16)
+    body = k_loop.body.stmts
+    assert len(body) == 8 and all(isinstance(s, VStore) and s.buffer in regs for s in body)
+    for s in body:
+        accs = [n for n in _walk_deep(s.value) if isinstance(n, VLoad) and n.buffer.scope != "arg"]
+        assert [n.buffer for n in accs] == [s.buffer]
+    assert "at_f32x8 " + regs[0].name + ";" in build_program(wl, space.steps(configs[1]), target).source
+    runner = CpuRunner()
+    try:
+        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
+        trials = list(m.measure(configs, [space.steps(c) for c in configs]))
+    finally:
+        runner.close()
+    # both checked against the float64 reference on fresh random inputs by the worker
+    assert [t.error_kind for t in trials] == [None, None], [t.error_msg for t in trials]
+
+
+def test_promotion_declines_what_it_cannot_prove_and_leaves_a_plain_loop() -> None:
+    acc = Buffer("acc", "float32", (64,), "local")
+    a = Buffer("a", "float32", (64,), "arg")
+    i, j = Var("i"), Var("j")
+    k = Var("k")
+
+    def update(index, extra=None):  # noqa: ANN001, ANN202 - acc[index] += a[k] (+ extra)
+        value = Binary("add", Load(acc, index), Load(a, k))
+        return Store(acc, index, value if extra is None else Binary("add", value, extra))
+
+    def loop(*stores) -> For:  # noqa: ANN002
+        return For(k, 8, Seq(list(stores)), "registers")
+
+    ok = promote_accumulators(loop(update(i * IntImm(4)), update(i * IntImm(4) + IntImm(1))))
+    assert isinstance(ok, Allocate) and ok.buffer.scope == "register"
+    declined = [
+        loop(update(i), update(j)),  # two bases: acc[i] and acc[j] may be one element
+        loop(update(k)),  # the address moves with the loop
+        loop(update(i, Load(acc, i + IntImm(1)))),  # reads an element that is not kept
+        For(k, 8, Seq([update(i), Store(a, i, FloatImm(0.0, "float32"))]), "registers"),  # not local
+    ]
+    for s in declined:
+        out = promote_accumulators(s)
+        assert isinstance(out, For) and out.kind == "serial"
+        assert not [x for x in _walk(out) if isinstance(x, Allocate)]
+
+
+def test_replay_space_leaves_out_knobs_its_records_predate() -> None:
+    replay = ReplayDB(DATA / "replay_cpu.jsonl.gz")
+    task = next(t for t in replay.tasks()
+                if "registers" in [k.name for k in make_space(t.workload, t.target).knobs])
+    assert "registers" not in [k.name for k in task.space.knobs]
+    with gzip.open(DATA / "replay_cpu.jsonl.gz", "rt") as fh:
+        assert '"registers"' not in fh.read()
