@@ -14,7 +14,6 @@ from ..te.expr import (
     IntImm,
     Select,
     Var,
-    children,
     substitute,
     walk,
 )
@@ -43,6 +42,8 @@ from .nodes import (
 )
 from .registers import promote_accumulators
 from .simplify import Ranges, expr_key, linear, simplify
+from .visit import map_deep
+from .visit import walk_deep as _walk_deep
 
 
 def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
@@ -114,63 +115,7 @@ def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
 
 def _subst_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
     """substitute() that also reaches into loads and vector nodes."""
-    if isinstance(e, Var):
-        return mapping.get(e, e)
-    if isinstance(e, Load):
-        return Load(e.buffer, _subst_deep(e.index, mapping))
-    if isinstance(e, VLoad):
-        return VLoad(e.buffer, _subst_deep(e.base, mapping), e.lanes)
-    if isinstance(e, Broadcast):
-        return Broadcast(_subst_deep(e.value, mapping), e.lanes)
-    if isinstance(e, VBinary):
-        return VBinary(e.op, _subst_deep(e.a, mapping), _subst_deep(e.b, mapping), e.lanes)
-    if isinstance(e, VCall):
-        return VCall(e.name, _subst_deep(e.arg, mapping), e.lanes)
-    if isinstance(e, VSelect):
-        return VSelect(_subst_deep(e.cond, mapping), _subst_deep(e.t, mapping), _subst_deep(e.f, mapping),
-                       e.lanes)
-    if isinstance(e, Gather):
-        return Gather(tuple(_subst_deep(x, mapping) for x in e.elems))
-    if isinstance(e, VReduce):
-        return VReduce(e.op, _subst_deep(e.arg, mapping))
-    return substitute(e, mapping) if not _has_ir_nodes(e) else _rebuild_deep(e, mapping)
-
-
-def _has_ir_nodes(e: Expr) -> bool:
-    ir_nodes = (Load, VLoad, Broadcast, VBinary, VCall, VSelect, Gather, VReduce)
-    return any(isinstance(n, ir_nodes) for n in _walk_deep(e))
-
-
-def _walk_deep(e: Expr):  # noqa: ANN202
-    yield e
-    if isinstance(e, Load):
-        yield from _walk_deep(e.index)
-    elif isinstance(e, VLoad):
-        yield from _walk_deep(e.base)
-    elif isinstance(e, Broadcast):
-        yield from _walk_deep(e.value)
-    elif isinstance(e, VBinary):
-        yield from _walk_deep(e.a)
-        yield from _walk_deep(e.b)
-    elif isinstance(e, (VCall, VReduce)):
-        yield from _walk_deep(e.arg)
-    elif isinstance(e, VSelect):
-        yield from _walk_deep(e.cond)
-        yield from _walk_deep(e.t)
-        yield from _walk_deep(e.f)
-    elif isinstance(e, Gather):
-        for x in e.elems:
-            yield from _walk_deep(x)
-    else:
-        for c in children(e):
-            yield from _walk_deep(c)
-
-
-def _rebuild_deep(e: Expr, mapping: dict[Var, Expr]) -> Expr:
-    from ..te.expr import rebuild
-
-    kids = tuple(children(e))
-    return rebuild(e, tuple(_subst_deep(k, mapping) for k in kids)) if kids else e
+    return map_deep(e, lambda x: mapping.get(x, x) if isinstance(x, Var) else None)
 
 
 def simplify_func(f: PrimFunc) -> PrimFunc:

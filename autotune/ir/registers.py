@@ -18,77 +18,37 @@ the body is one of the stored elements. A marked loop that does not qualify stay
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator
+from typing import Iterator
 
-from ..te.expr import Expr, IntImm, Var, children, rebuild
+from ..te.expr import Expr, IntImm, Var
 from .nodes import (
     Allocate,
-    Broadcast,
     Buffer,
     For,
-    Gather,
     IfThen,
     Load,
     Prefetch,
     Seq,
     Stmt,
     Store,
-    VBinary,
-    VCall,
     VLoad,
-    VReduce,
-    VSelect,
     VStore,
     seq,
 )
 from .simplify import linear
+from .visit import map_deep, walk_deep
 
 MAX_REGISTERS = 16  # accumulators promoted per loop (AVX2 has 16 vector registers)
 
 Slot = tuple[int, tuple, int, int]  # (buffer id, non-constant part of the address, offset, lanes)
 
 
-def map_deep(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """A copy of ``e`` where every node for which ``fn`` returns an expression is replaced by it
-    (the replacement is not visited again); reaches into loads and vector nodes."""
-    hit = fn(e)
-    if hit is not None:
-        return hit
-    if isinstance(e, Load):
-        return Load(e.buffer, map_deep(e.index, fn))
-    if isinstance(e, VLoad):
-        return VLoad(e.buffer, map_deep(e.base, fn), e.lanes)
-    if isinstance(e, Broadcast):
-        return Broadcast(map_deep(e.value, fn), e.lanes)
-    if isinstance(e, VBinary):
-        return VBinary(e.op, map_deep(e.a, fn), map_deep(e.b, fn), e.lanes)
-    if isinstance(e, VCall):
-        return VCall(e.name, map_deep(e.arg, fn), e.lanes)
-    if isinstance(e, VSelect):
-        return VSelect(map_deep(e.cond, fn), map_deep(e.t, fn), map_deep(e.f, fn), e.lanes)
-    if isinstance(e, Gather):
-        return Gather(tuple(map_deep(x, fn) for x in e.elems))
-    if isinstance(e, VReduce):
-        return VReduce(e.op, map_deep(e.arg, fn))
-    kids = tuple(children(e))
-    return rebuild(e, tuple(map_deep(k, fn) for k in kids)) if kids else e
-
-
 def _reads(e: Expr) -> list[Load | VLoad]:
-    found: list[Load | VLoad] = []
-
-    def visit(x: Expr) -> None:
-        if isinstance(x, (Load, VLoad)):
-            found.append(x)
-
-    map_deep(e, lambda x: visit(x))
-    return found
+    return [n for n in walk_deep(e) if isinstance(n, (Load, VLoad))]
 
 
 def _mentions(e: Expr, var: Var) -> bool:
-    hit = []
-    map_deep(e, lambda x: hit.append(True) if x is var else None)
-    return bool(hit)
+    return any(n is var for n in walk_deep(e))
 
 
 def _slot(buffer: Buffer, index: Expr, lanes: int) -> Slot:
