@@ -41,7 +41,7 @@ def lower_program(workload: Workload, steps: Sequence[Step], target: Target) -> 
     """Apply the steps and lower; raises ScheduleError for an illegal schedule."""
     sch = apply_steps(workload.outputs, steps)
     func = lower(sch, workload.args, kernel_name(workload))
-    return optimize(func, target.vector_lanes)
+    return optimize(func, target.vector_lanes, max_registers=target.accumulator_registers)
 
 
 def build_program(workload: Workload, steps: Sequence[Step], target: Target) -> Program:

@@ -44,6 +44,13 @@ class Target:
         return 4
 
     @property
+    def accumulator_registers(self) -> int:
+        """Vector accumulators a CPU register tile may hold: 16 on AVX2 (its 16 ymm registers;
+        operands are reloaded or broadcast from memory), 24 on AVX-512 (32 zmm registers, eight
+        left for operand vectors and broadcasts)."""
+        return 24 if "avx512f" in set(self.fingerprint.get("isa", ())) else 16
+
+    @property
     def cores(self) -> int:
         return int(self.fingerprint.get("cores", 1))
 

@@ -13,8 +13,8 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled; where
   an operand is a model constant, the order of the outer tiles is a knob (``outer_order`` 1: last
   spatial axis outermost, so each thread works through whole weight panels);
-- the innermost reduction loop of the register tile can keep its accumulators in registers for
-  the whole loop (knob ``registers``, with the register tile unrolled; autotune.ir.registers);
+- the inner reduction loops (R1) around the register tile can keep its accumulators in registers
+  throughout (knob ``registers``, with the register tile unrolled; autotune.ir.registers);
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
   innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
@@ -151,14 +151,14 @@ class CpuSketch(Sketch):
     def _registers_ok(self, c: Config) -> bool:
         t3 = [self._t(c, a)[3] for a in self.axes]
         vectors = math.prod(t3[:-1]) * max(1, t3[-1] // self.lanes)
-        return vectors <= 16 and (not c["unroll"] or vectors <= MAX_UNROLLED)
+        return vectors <= self.target.accumulator_registers and (not c["unroll"] or vectors <= MAX_UNROLLED)
 
     def _register_loop(self, c: Config) -> str | None:
-        """The innermost R1 loop that is not a single step: with the register tile unrolled under
-        it, its body is the straight run of accumulator updates the ``registers`` knob keeps in
-        registers (autotune.ir.registers)."""
+        """The outermost R1 loop that is not a single step: with the register tile unrolled under
+        the R1 loops, they hold only the accumulator updates the ``registers`` knob keeps in
+        registers for all of them (autotune.ir.registers)."""
         inner = [r for r in self.reduce_axes if self._t(c, r)[1] > 1]
-        return f"{inner[-1]}.1" if inner and c["unroll"] else None
+        return f"{inner[0]}.1" if inner and c["unroll"] else None
 
     def _registers_loop_ok(self, c: Config) -> bool:
         return not c.get("registers", 0) or self._register_loop(c) is not None

@@ -42,13 +42,13 @@ def test_prepack_array_is_the_tiled_transpose() -> None:
 
 
 def _const_matmul():  # noqa: ANN202
-    wl = library.dense_bias_relu(24, 48, 40)  # x[24,40] @ w -> 24x48, + bias, relu
+    wl = library.dense_bias_relu(24, 64, 40)  # x[24,40] @ w -> 24x64, + bias, relu
     return dataclasses.replace(wl, const_inputs=(1,))
 
 
 def test_constness_is_part_of_the_key_and_opens_the_prepacked_choice() -> None:
     wl = _const_matmul()
-    plain = library.dense_bias_relu(24, 48, 40)
+    plain = library.dense_bias_relu(24, 64, 40)
     assert wl.key != plain.key
     target = cpu_target()
     choices = next(k.choices for k in make_space(wl, target).knobs if k.name == "pack")
@@ -227,10 +227,10 @@ def _weight_reads_per_half(prog, weight_arg: int = 1) -> tuple[set[int], set[int
 def test_outer_order_gives_each_thread_its_own_weight_panels() -> None:
     wl, target = _const_matmul(), cpu_target()
     space = make_space(wl, target)
-    plain_knobs = [k.name for k in make_space(library.dense_bias_relu(24, 48, 40), target).knobs]
+    plain_knobs = [k.name for k in make_space(library.dense_bias_relu(24, 64, 40), target).knobs]
     assert "outer_order" in [k.name for k in space.knobs] and "outer_order" not in plain_knobs
     # 2 row tiles x 2 column tiles of the output in the parallel loop, the weight pre-tiled
-    base = {"tile_i": [2, 1, 6, 2], "tile_j": [2, 1, 1, 24], "tile_k": [10, 4], "parallel_depth": 1,
+    base = {"tile_i": [2, 1, 6, 2], "tile_j": [2, 1, 1, 32], "tile_k": [10, 4], "parallel_depth": 1,
             "pack": "W@pre", "unroll": 0, "registers": 0}
     configs = [dict(base, outer_order=o) for o in (0, 1)]
     assert all(space.is_valid(c) for c in configs)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
+
 from autotune.ir.nodes import Allocate, Buffer, For, Load, Seq, Store, VLoad, VStore
 from autotune.ir.passes import _walk_deep
 from autotune.ir.registers import promote_accumulators
-from autotune.program import build_program
+from autotune.program import build_program, lower_program
 from autotune.search.replay import ReplayDB
-from autotune.target import cpu_target
+from autotune.target import cpu_target, make_target
 from autotune.te import library
 from autotune.te.expr import Binary, FloatImm, IntImm, Var
 from schedules import make_space
@@ -48,17 +50,49 @@ def test_registers_knob_keeps_the_register_tile_in_registers_and_stays_correct(c
     plain, promoted = (build_program(wl, space.steps(c), target).func for c in configs)
     assert not _registers(plain.body)
     regs = _registers(promoted.body)
-    assert len(regs) == 8 and all(b.shape == (8,) for b in regs)  # 4 rows x 2 vectors
+    lanes = target.vector_lanes  # 8 with AVX2, 16 with AVX-512
+    assert len(regs) == 4 * (16 // lanes) and all(b.shape == (lanes,) for b in regs)  # 4 rows x 16
     # the k loop inside them reads and writes registers only: no accumulator traffic in memory
     k_loop = next(s for s in _walk(promoted.body) if isinstance(s, For) and s.extent == 16)
     body = k_loop.body.stmts
-    assert len(body) == 8 and all(isinstance(s, VStore) and s.buffer in regs for s in body)
+    assert len(body) == len(regs) and all(isinstance(s, VStore) and s.buffer in regs for s in body)
     for s in body:
         accs = [n for n in _walk_deep(s.value) if isinstance(n, VLoad) and n.buffer.scope != "arg"]
         assert [n.buffer for n in accs] == [s.buffer]
-    assert "at_f32x8 " + regs[0].name + ";" in build_program(wl, space.steps(configs[1]), target).source
+    assert f"at_f32x{lanes} {regs[0].name};" in build_program(wl, space.steps(configs[1]), target).source
     for c in configs:  # built and run on fresh random inputs, checked against the float64 reference
         check_kernel(wl, space.steps(c))
+
+
+def test_a_convolution_keeps_its_tile_in_registers_over_the_whole_reduction_nest(check_kernel) -> None:  # noqa: ANN001
+    # channel and window loops nested inside the marked loop: one load before, one store after
+    wl, target = library.conv2d(1, 16, 18, 18, 16, 3, 3, 1, 0), cpu_target()
+    space = make_space(wl, target)
+    rng = np.random.default_rng(7)
+    nested = []
+    while len(nested) < 3:
+        c = space.sample(rng)
+        deep = [r for r in ("rc", "ry", "rx") if c.get(f"tile_{r}", [1, 1])[1] > 1]
+        if c.get("registers") == 1 and len(deep) >= 2:
+            nested.append(c)
+    for c in nested:
+        func = build_program(wl, space.steps(c), target).func
+        regs = _registers(func.body)
+        assert regs, c
+        loops = [s for s in _walk(func.body) if isinstance(s, For)]
+        inner_r1 = [s for s in loops if any(x is s for x in _walk_r1(loops, regs))]
+        assert len(inner_r1) >= 2, c  # the nest of reduction loops around register-only updates
+        check_kernel(wl, space.steps(c))
+
+
+def _walk_r1(loops: list[For], regs: list[Buffer]) -> list[For]:
+    """Loops whose every store, however deep, goes to a register."""
+    out = []
+    for f in loops:
+        stores = [s for s in _walk(f) if isinstance(s, (Store, VStore))]
+        if stores and all(s.buffer in regs for s in stores):
+            out.append(f)
+    return out
 
 
 def test_promotion_declines_what_it_cannot_prove_and_leaves_a_plain_loop() -> None:
@@ -95,3 +129,21 @@ def test_replay_space_leaves_out_knobs_its_records_predate() -> None:
     assert "registers" not in [k.name for k in task.space.knobs]
     with gzip.open(DATA / "replay_cpu.jsonl.gz", "rt") as fh:
         assert '"registers"' not in fh.read()
+
+
+def test_the_register_tile_budget_follows_the_vector_register_file() -> None:
+    # AVX2 has 16 ymm registers, AVX-512 32 zmm: a 6 x 4-vector tile (24 accumulators) fits only there
+    host = cpu_target()
+    avx2 = make_target("cpu", dict(host.fingerprint, isa=["sse4_2", "avx", "avx2", "fma"]))
+    avx512 = make_target("cpu", dict(host.fingerprint, isa=["avx", "avx2", "fma", "avx512f"]))
+    wl = library.matmul(48, 128, 32)
+    for target, budget in ((avx2, 16), (avx512, 24)):
+        lanes = target.vector_lanes
+        space = make_space(wl, target)
+        tile = {"tile_i": [2, 1, 4, 6], "tile_j": [2, 1, 64 // (4 * lanes), 4 * lanes], "tile_k": [2, 16],
+                "parallel_depth": 1, "pack": "none", "unroll": 1, "registers": 1}
+        assert target.accumulator_registers == budget
+        assert space.is_valid(tile) == (budget >= 24), space.violated(tile)
+        if space.is_valid(tile):
+            func = lower_program(wl, space.steps(tile), target)
+            assert len(_registers(func.body)) == 24

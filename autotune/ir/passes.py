@@ -313,14 +313,14 @@ def check_parallel(s: Stmt, inside: bool = False) -> None:
         check_parallel(s.body, inside)
 
 
-def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64) -> PrimFunc:
-    """The CPU pass pipeline after lowering."""
+def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64, max_registers: int = 16) -> PrimFunc:
+    """The CPU pass pipeline after lowering (``max_registers``: accumulators kept in registers)."""
     check_parallel(f.body)
     body = unroll_loops(f.body, max_unroll)
     body = simplify_stmt(body) or Seq([])
     body = vectorize_loops(body, lanes)
     body = simplify_stmt(body) or Seq([])
-    body = promote_accumulators(body)
+    body = promote_accumulators(body, max_registers)
     return PrimFunc(f.name, f.args, body)
 
 

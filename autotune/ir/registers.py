@@ -9,10 +9,12 @@ same name) this pass makes it explicit: each accumulator element (a vector, or a
 into a ``register`` buffer before the loop, updated there, and stored back after it. Whether that
 is faster depends on the tile (measured: bench/regs_s14), so it is a knob, not a default.
 
-A loop qualifies when its body holds only stores (and prefetch hints), every store goes to a
-``local`` buffer at an address the loop does not move, all stores to one buffer share one base and
-sit at constant offsets that either coincide or do not overlap, and every read of those buffers in
-the body is one of the stored elements. A marked loop that does not qualify stays a plain loop.
+A loop qualifies when it holds only stores (and prefetch hints), directly or in serial loops
+nested inside (the rest of a multi-axis reduction tile: a convolution's channel and window
+loops), every store goes to a ``local`` buffer at an address none of those loops moves, all
+stores to one buffer share one base and sit at constant offsets that either coincide or do not
+overlap, and every read of those buffers in the nest is one of the stored elements. A marked
+loop that does not qualify stays a plain loop.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .nodes import (
 from .simplify import linear
 from .visit import map_deep, walk_deep
 
-MAX_REGISTERS = 16  # accumulators promoted per loop (AVX2 has 16 vector registers)
+MAX_REGISTERS = 16  # accumulators promoted per loop by default (Target.accumulator_registers)
 
 Slot = tuple[int, tuple, int, int]  # (buffer id, non-constant part of the address, offset, lanes)
 
@@ -66,15 +68,37 @@ def _may_alias(slots: list[Slot]) -> bool:
     return False
 
 
+def _nest(s: Stmt, loop_vars: list[Var]) -> list[Store | VStore] | None:
+    """The stores of a nest of serial loops whose leaves are only stores (and prefetch hints),
+    collecting the loop variables; None if anything else is inside."""
+    if isinstance(s, Seq):
+        parts = [_nest(c, loop_vars) for c in s.stmts]
+        if any(p is None for p in parts):
+            return None
+        return [x for p in parts if p is not None for x in p]
+    if isinstance(s, For) and s.kind in ("serial", "registers"):
+        loop_vars.append(s.var)
+        return _nest(s.body, loop_vars)
+    if isinstance(s, (Store, VStore)):
+        return [s]
+    return [] if isinstance(s, Prefetch) else None
+
+
+def _address(s: Store | VStore | Load | VLoad) -> tuple[Expr, int]:
+    if isinstance(s, (Store, Load)):
+        return s.index, 1
+    return s.base, s.lanes
+
+
 def _promote(loop: For, max_registers: int, names: Iterator[int]) -> Stmt | None:
-    body = loop.body.stmts if isinstance(loop.body, Seq) else [loop.body]
-    stores = [s for s in body if isinstance(s, (Store, VStore))]
-    if not stores or any(not isinstance(s, (Store, VStore, Prefetch)) for s in body):
+    loop_vars: list[Var] = []
+    stores = _nest(loop, loop_vars)
+    if not stores:
         return None
     where: dict[Slot, tuple[Buffer, Expr]] = {}
     for s in stores:
-        index, lanes = (s.index, 1) if isinstance(s, Store) else (s.base, s.lanes)
-        if s.buffer.scope != "local" or _mentions(index, loop.var):
+        index, lanes = _address(s)
+        if s.buffer.scope != "local" or any(_mentions(index, v) for v in loop_vars):
             return None
         where.setdefault(_slot(s.buffer, index, lanes), (s.buffer, index))
     if len(where) > max_registers or _may_alias(list(where)):
@@ -82,42 +106,43 @@ def _promote(loop: For, max_registers: int, names: Iterator[int]) -> Stmt | None
     promoted = {slot[0] for slot in where}
     for s in stores:
         for r in _reads(s.value):
-            lanes = r.lanes if isinstance(r, VLoad) else 1
-            index = r.base if isinstance(r, VLoad) else r.index
-            if id(r.buffer) in promoted and _slot(r.buffer, index, lanes) not in where:
+            if id(r.buffer) in promoted and _slot(r.buffer, *_address(r)) not in where:
                 return None
     regs = {slot: Buffer(f"{buf.name}_r{next(names)}", buf.dtype, (slot[3],), "register")
             for slot, (buf, _) in where.items()}
 
     def read(x: Expr) -> Expr | None:
-        if isinstance(x, VLoad) and id(x.buffer) in promoted:
-            return VLoad(regs[_slot(x.buffer, x.base, x.lanes)], IntImm(0), x.lanes)
-        if isinstance(x, Load) and id(x.buffer) in promoted:
-            return Load(regs[_slot(x.buffer, x.index, 1)], IntImm(0))
+        if isinstance(x, (Load, VLoad)) and id(x.buffer) in promoted:
+            index, lanes = _address(x)
+            return _read(regs[_slot(x.buffer, index, lanes)], IntImm(0), lanes)
         return None
 
-    def write(buf: Buffer, index: Expr, value: Expr, lanes: int) -> Stmt:
-        return Store(buf, index, value) if lanes == 1 else VStore(buf, index, value, lanes)
+    def rewrite(s: Stmt) -> Stmt:
+        if isinstance(s, Seq):
+            return Seq([rewrite(c) for c in s.stmts])
+        if isinstance(s, For):
+            return For(s.var, s.extent, rewrite(s.body))  # a "registers" loop becomes a plain one
+        if isinstance(s, (Store, VStore)):
+            index, lanes = _address(s)
+            return _write(regs[_slot(s.buffer, index, lanes)], IntImm(0), map_deep(s.value, read), lanes)
+        return s
 
-    new_body = []
-    for s in body:
-        if isinstance(s, Prefetch):
-            new_body.append(s)
-            continue
-        index, lanes = (s.index, 1) if isinstance(s, Store) else (s.base, s.lanes)
-        reg = regs[_slot(s.buffer, index, lanes)]
-        new_body.append(write(reg, IntImm(0), map_deep(s.value, read), lanes))
-    loads, stores_back = [], []
-    for slot, (buf, index) in where.items():
-        lanes, reg = slot[3], regs[slot]
-        fetch = Load(buf, index) if lanes == 1 else VLoad(buf, index, lanes)
-        back = Load(reg, IntImm(0)) if lanes == 1 else VLoad(reg, IntImm(0), lanes)
-        loads.append(write(reg, IntImm(0), fetch, lanes))
-        stores_back.append(write(buf, index, back, lanes))
-    out: Stmt = seq(*loads, For(loop.var, loop.extent, seq(*new_body)), *stores_back)
+    loads = [_write(regs[slot], IntImm(0), _read(buf, index, slot[3]), slot[3])
+             for slot, (buf, index) in where.items()]
+    stores_back = [_write(buf, index, _read(regs[slot], IntImm(0), slot[3]), slot[3])
+                   for slot, (buf, index) in where.items()]
+    out: Stmt = seq(*loads, rewrite(loop), *stores_back)
     for reg in reversed(list(regs.values())):
         out = Allocate(reg, out)
     return out
+
+
+def _read(buf: Buffer, index: Expr, lanes: int) -> Expr:
+    return Load(buf, index) if lanes == 1 else VLoad(buf, index, lanes)
+
+
+def _write(buf: Buffer, index: Expr, value: Expr, lanes: int) -> Stmt:
+    return Store(buf, index, value) if lanes == 1 else VStore(buf, index, value, lanes)
 
 
 def promote_accumulators(s: Stmt, max_registers: int = MAX_REGISTERS) -> Stmt:
