@@ -206,6 +206,26 @@ def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: R
                                                                      options={"features": "raw"}))
 
 
+def test_both_feature_kinds_add_standardized_scores_of_two_models(replay: ReplayDB, small) -> None:
+    options = {**FAST, "features": "both"}
+    ctx = TuneContext(small.workload, small.target, None, transfer=False, options=options)
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    assert tuner.name == "xgb-both-no-transfer"
+    records = replay.db.measurements(small.workload.key)[:16]
+    configs = [r.config for r in records]
+    tuner.update(configs, [r.mean_s for r in records])
+    tuner.next_batch(4)  # trains both models
+    assert tuner.trained and tuner._norms is not None
+    (m_ir, s_ir), (m_knob, s_knob) = tuner._norms
+    ir = tuner.model.predict(tuner.ir_features(configs))
+    knob = tuner.knob_model.predict(np.stack([small.space.encode(c) for c in configs]))
+    # each model's scores standardized over the measured configs, then added
+    np.testing.assert_allclose(((ir - m_ir) / s_ir).std(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(tuner._score(configs), (ir - m_ir) / s_ir + (knob - m_knob) / s_knob)
+    costs = replay_tune(replay, small, "xgb", 24, seed=1, tuner_options=options)
+    assert len(costs) == 24 and all(math.isfinite(c) for c in costs)
+
+
 def test_make_tuner_keeps_the_old_signature(small) -> None:
     rnd = make_tuner("random", small.space, 0, set())
     assert len(rnd.next_batch(4)) == 4

@@ -39,16 +39,22 @@ class ModelTuner:
         self.model = make_model(model, seed=seed, **(model_options or {}))
         # the record label says what was asked for: the strategy's or the context's (--no-transfer)
         wants_transfer = bool(transfer and (context is None or context.transfer))
-        if features not in ("ir", "knob"):
-            raise ValueError(f"features must be 'ir' or 'knob', not {features!r}")
-        base = f"{model}-knob" if features == "knob" else model
+        if features not in ("ir", "knob", "both"):
+            raise ValueError(f"features must be 'ir', 'knob' or 'both', not {features!r}")
+        base = model if features == "ir" else f"{model}-{features}"
         self.name = base if wants_transfer else f"{base}-no-transfer"
         # "knob": the task's own model reads the space's knob encoding, which learns faster from a
         # task's first samples; knob vectors mean nothing in another workload's space, so transfer
         # works through a separate prior model on IR features, trained on the other workloads'
         # records: it picks the first batch alone, then its score is one more input column of the
         # task's own model (see _train)
+        # "both": the IR model (with transfer) and a knob model of the task's own samples score
+        # every candidate; their scores, each standardized over the measured configs, are added
         self.feature_kind = features
+        self.knob_model: Any = None
+        if features == "both":
+            self.knob_model = make_model(model, seed=seed, **(model_options or {}))
+        self._norms: tuple[tuple[float, float], tuple[float, float]] | None = None
         self.transfer = wants_transfer and context is not None
         self.prior: Any = None  # the transfer prior of knob features (trained on first use)
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
@@ -168,6 +174,29 @@ class ModelTuner:
             return
         self.model.fit(own + transfer)
         self.trained = bool(getattr(self.model, "trained", True))
+        if self.knob_model is not None:
+            self._fit_knob_model()
+
+    def _fit_knob_model(self) -> None:
+        """The second model of ``features="both"``: knob encodings of the task's own samples; the
+        means and spreads of both models' scores over the measured configs put them on one scale."""
+        from cost_model import Sample
+
+        self._norms = None
+        done = [(c, cost) for c, cost in self.measured if math.isfinite(cost)]
+        if len(done) < 2:
+            return
+        configs = [c for c, _ in self.measured]
+        knobs = np.stack([self.space.encode(c) for c in configs])
+        self.knob_model.fit([Sample(x, "self", cost) for x, (_, cost) in zip(knobs, self.measured)])
+        if not getattr(self.knob_model, "trained", True):
+            return
+        scores = [self.model.predict(self.ir_features(configs)), self.knob_model.predict(knobs)]
+        norms = []
+        for sc in scores:
+            sc = sc[np.isfinite(sc)]
+            norms.append((float(sc.mean()), float(sc.std()) or 1.0) if len(sc) > 1 else (0.0, 1.0))
+        self._norms = (norms[0], norms[1])
 
     # --- search -----------------------------------------------------------------------------------
     def _random_unseen(self, n: int, taken: set[str], max_misses: int = 500) -> list[Config]:
@@ -208,7 +237,12 @@ class ModelTuner:
             prior = self._prior_scores(configs)  # nothing of the task measured yet
             if prior is not None:
                 return prior
-        return self.model.predict(self.features(configs))  # -inf where a feature is missing
+        scores = self.model.predict(self.features(configs))  # -inf where a feature is missing
+        if self._norms is None:
+            return scores
+        (m_ir, s_ir), (m_knob, s_knob) = self._norms
+        knob = self.knob_model.predict(np.stack([self.space.encode(c) for c in configs]))
+        return (scores - m_ir) / s_ir + (knob - m_knob) / s_knob
 
     def _anneal(self) -> list[tuple[float, Config]]:
         """Simulated annealing from the carried states, the best measured configs and random ones;
