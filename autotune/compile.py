@@ -13,6 +13,7 @@ import numpy as np
 from records import TuningDatabase
 from schedules import make_space
 
+from .aligned import aligned, aligned_empty
 from .measure import TIMER_SYMBOL, Builder
 from .prepack import prepack_array
 from .program import Program, build_program
@@ -76,11 +77,11 @@ class CompiledKernel:
             castable = arr.dtype.kind in "biuf" and np.can_cast(arr.dtype, want, "same_kind")
             if arr.dtype != want and not castable:
                 raise ValueError(f"input {t.name!r}: expected dtype {want}, got {arr.dtype}")
-            # copies only when the layout or the dtype is not what the kernel reads
-            arrays.append(np.ascontiguousarray(arr, dtype=want))
+            # copies only when the layout, the alignment or the dtype is not what the kernel reads
+            arrays.append(aligned(np.asarray(arr, dtype=want)))
         for i, spec in self.program.prepack:  # constant operands the kernel reads pre-tiled
             arrays[i] = prepack_array(arrays[i], spec)
-        outputs = [np.empty(tuple(t.shape), dtype=np.dtype(t.dtype)) for t in self.workload.outputs]
+        outputs = [aligned_empty(tuple(t.shape), t.dtype) for t in self.workload.outputs]
         buffers = arrays + outputs
         args = (ctypes.c_void_p * max(1, len(buffers)))(*[b.ctypes.data for b in buffers])
         return arrays, outputs, args

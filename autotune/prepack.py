@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .aligned import aligned
+
 
 @dataclass(frozen=True)
 class PrepackSpec:
@@ -47,4 +49,4 @@ def prepack_array(src: np.ndarray, spec: PrepackSpec) -> np.ndarray:
     n = a.ndim
     split = a.reshape([x for c, t in zip(spec.counts, spec.tile) for x in (c, t)])
     order = [2 * d for d in spec.tile_order] + [2 * d + 1 for d in range(n)]
-    return np.ascontiguousarray(split.transpose(order))
+    return aligned(split.transpose(order))

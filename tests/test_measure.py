@@ -22,6 +22,7 @@ from autotune.measure import (
     RunResult,
     compiler_version,
 )
+from autotune.aligned import aligned, aligned_empty
 from autotune.measure import builder as builder_mod
 
 N = 1024
@@ -262,6 +263,39 @@ def test_run_matmul_ok(builder: Builder, rng: np.random.Generator) -> None:
         strict = RunOptions(repeat=2, min_repeat_ms=2.0, rtol=0.0, atol=1e-12)
         res = r.run(lib, "matmul", "mm", strict)
         assert res.error_kind is ErrorKind.WRONG_ANSWER and res.costs == ()
+
+
+ALIGNMENT_SRC = """
+#include <stdint.h>
+void where(void** args) {
+    float* out = (float*)args[3];
+    for (int i = 0; i < 4; ++i) out[i] = (float)((uintptr_t)args[i] % 64);
+}
+"""
+
+
+def test_kernel_operands_start_on_a_cache_line(builder: Builder) -> None:
+    # numpy's own buffers are 16-byte aligned; the worker hands kernels 64-byte aligned ones, so a
+    # 64-byte vector load never straddles two lines (the kernel reports its pointers modulo 64)
+    lib = build_ok(builder, "where", ALIGNMENT_SRC)
+    rng = np.random.default_rng()
+    odd = [np.frombuffer(np.empty(4 * 37 + 16, np.uint8), np.float32, 37, 16 if i else 4) for i in range(3)]
+    for a in odd:
+        a[...] = rng.uniform(-1, 1, 37)  # (views of numpy's memory at 4- and 16-byte offsets)
+    with CpuRunner() as r:
+        r.set_task("where", odd, [np.zeros(4)], [((4,), "float32")])
+        assert_ok(r.run(lib, "where", "where", FAST))
+
+
+def test_aligned_copies_start_on_a_cache_line() -> None:
+    base = np.arange(100, dtype=np.float32)
+    for off in range(1, 5):
+        a = aligned(base[off : off + 64])
+        assert a.ctypes.data % 64 == 0 and a.flags.c_contiguous
+        np.testing.assert_array_equal(a, base[off : off + 64])
+    e = aligned_empty((3, 5), "float32")
+    assert e.shape == (3, 5) and e.dtype == np.float32 and e.ctypes.data % 64 == 0
+    assert aligned(e) is e  # already aligned and contiguous: no copy
 
 
 def test_wrong_values(builder: Builder, runner: CpuRunner) -> None:

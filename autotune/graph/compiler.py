@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from autotune.aligned import aligned_empty
 from autotune.prepack import prepack_array
 from autotune.program import CudaSource, Program, build_cuda_program, build_program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
@@ -235,7 +236,7 @@ class CompiledModule:
 
     def _outputs(self) -> list[np.ndarray]:
         return [
-            np.empty(self.graph.types[o].shape, dtype=np.dtype(self.graph.types[o].dtype))
+            aligned_empty(self.graph.types[o].shape, self.graph.types[o].dtype)
             for o in self.graph.outputs
         ]
 

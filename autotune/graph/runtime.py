@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from autotune.aligned import aligned, aligned_empty
 from autotune.measure import TIMER_SYMBOL, Builder, BuildOptions
 from autotune.measure.harness import harness_source
 from autotune.target import Target
@@ -308,16 +309,14 @@ class CpuExecutable:
             ctypes.POINTER(ctypes.c_double),
         ]
         self._timer.restype = ctypes.c_int
-        # weights bound once: contiguous float32 copies and a pointer table
-        self._consts = [np.ascontiguousarray(graph.consts[v]) for v in plan.consts]
+        # weights bound once: contiguous, 64-byte aligned copies and a pointer table
+        self._consts = [aligned(np.asarray(graph.consts[v])) for v in plan.consts]
         self._const_table = (ctypes.c_void_p * max(1, len(self._consts)))(
             *[a.ctypes.data for a in self._consts]
         )
-        raw = np.zeros(plan.arena_bytes + 64, dtype=np.uint8)
-        shift = (-raw.ctypes.data) % 64
-        self._arena_raw = raw
-        self._arena = raw[shift : shift + plan.arena_bytes]
-        self._arena_ptr = raw.ctypes.data + shift
+        self._arena = aligned_empty((plan.arena_bytes,), np.uint8)
+        self._arena.fill(0)
+        self._arena_ptr = self._arena.ctypes.data
 
     def _args(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Any:
         ptrs = [ctypes.addressof(self._const_table), self._arena_ptr]
@@ -376,5 +375,5 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> lis
             raise ValueError(f"input {n!r}: expected shape {t.shape}, got {arr.shape}")
         if arr.dtype.kind not in "fiu":
             raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
-        arrays.append(np.ascontiguousarray(arr, dtype=np.dtype(t.dtype)))
+        arrays.append(aligned(np.asarray(arr, dtype=np.dtype(t.dtype))))
     return arrays

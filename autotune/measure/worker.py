@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..aligned import aligned, aligned_empty
 from ..prepack import prepack_array
 from .harness import COLD_TIMER_SYMBOL, TIMER_SYMBOL
 
@@ -63,7 +64,7 @@ def _die_with_parent() -> None:
 
 def poisoned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Output buffer pre-filled so that unwritten elements fail the check."""
-    arr = np.empty(shape, dtype=np.dtype(dtype))
+    arr = aligned_empty(shape, dtype)
     if arr.dtype.kind in "fc":
         arr.fill(np.nan)
     else:
@@ -103,7 +104,7 @@ class _State:
 
     def set_task(self, task_id: str, inputs: list, refs: list, specs: list) -> None:
         self.tasks[task_id] = _Task(
-            [np.ascontiguousarray(a) for a in inputs],
+            [aligned(a) for a in inputs],
             [np.asarray(r) for r in refs],
             [(tuple(s), str(d)) for s, d in specs],
         )
@@ -153,7 +154,7 @@ class _State:
         fn, timer = self._load(lib_path, kernel_name)
         # Fresh input copies: a kernel that scribbles on its inputs must not
         # poison the correctness check of later candidates.
-        inputs = [a.copy() for a in task.inputs]
+        inputs = [aligned(a.copy()) for a in task.inputs]
         for i, spec in opts.get("prepack", ()):
             inputs[i] = prepack_array(inputs[i], spec)
         outputs = [poisoned(s, d) for s, d in task.specs]
