@@ -28,7 +28,7 @@ class ModelTuner:
                  eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
-                 features: str = "ir", model_options: dict | None = None) -> None:
+                 features: str = "both", model_options: dict | None = None) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -41,15 +41,16 @@ class ModelTuner:
         wants_transfer = bool(transfer and (context is None or context.transfer))
         if features not in ("ir", "knob", "both"):
             raise ValueError(f"features must be 'ir', 'knob' or 'both', not {features!r}")
-        base = model if features == "ir" else f"{model}-{features}"
+        base = model if features == "both" else f"{model}-{features}"
         self.name = base if wants_transfer else f"{base}-no-transfer"
         # "knob": the task's own model reads the space's knob encoding, which learns faster from a
         # task's first samples; knob vectors mean nothing in another workload's space, so transfer
         # works through a separate prior model on IR features, trained on the other workloads'
         # records: it picks the first batch alone, then its score is one more input column of the
         # task's own model (see _train)
-        # "both": the IR model (with transfer) and a knob model of the task's own samples score
-        # every candidate; their scores, each standardized over the measured configs, are added
+        # "both" (the default): the IR model (with transfer) and a knob model of the task's own
+        # samples score every candidate; their scores, each standardized over the measured
+        # configs, are added. "ir": the IR model alone. Measured in docs/cost_model.md.
         self.feature_kind = features
         self.knob_model: Any = None
         if features == "both":
@@ -174,7 +175,7 @@ class ModelTuner:
             return
         self.model.fit(own + transfer)
         self.trained = bool(getattr(self.model, "trained", True))
-        if self.knob_model is not None:
+        if self.knob_model is not None and self.ctx is not None:  # (no context: knobs already)
             self._fit_knob_model()
 
     def _fit_knob_model(self) -> None:
