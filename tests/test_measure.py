@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.aligned import aligned, aligned_empty
 from autotune.measure import (
     TIMER_SYMBOL,
     Builder,
@@ -22,7 +23,6 @@ from autotune.measure import (
     RunResult,
     compiler_version,
 )
-from autotune.aligned import aligned, aligned_empty
 from autotune.measure import builder as builder_mod
 
 N = 1024
