@@ -203,16 +203,27 @@ class TuningDatabase:
 
     def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
         """Fastest verified, error-free record for the pair, or None."""
-        rows = list(
-            self.db.query(
-                """SELECT * FROM measurements
+        top = self.top(workload_key, target_key, 1)
+        return top[0] if top else None
+
+    def top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
+        """The ``k`` fastest verified, error-free records for the pair, one per config, fastest first."""
+        rows = self.db.query(
+            """SELECT * FROM measurements
                WHERE workload_key = ? AND target_key = ?
                  AND error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
-               ORDER BY mean_s, id LIMIT 1""",
-                [workload_key, target_key],
-            )
+               ORDER BY mean_s, id""",
+            [workload_key, target_key],
         )
-        return record_from_row(rows[0]) if rows else None
+        out: list[MeasurementRecord] = []
+        seen: set[str] = set()
+        for row in rows:
+            if len(out) >= k:
+                break
+            if row["config_key"] not in seen:
+                seen.add(row["config_key"])
+                out.append(record_from_row(row))
+        return out
 
     def best_per_workload(
         self, target_key: str | None = None

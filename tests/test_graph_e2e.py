@@ -66,6 +66,38 @@ def test_one_library_one_entry_point_and_the_run_api(cache: str) -> None:
     assert min(module.time(feeds, repeat=1, min_repeat_ms=0)) > 0
 
 
+def test_rerank_picks_among_each_tasks_best_records_by_their_time_in_the_module(tmp_path, cache: str) -> None:  # noqa: ANN001
+    from autotune.graph.compiler import prepare
+    from autotune.search.tune import register
+    from autotune.target import cpu_target
+    from records import MeasurementRecord, TuningDatabase, config_key
+    from schedules import make_space
+
+    target, prepared = cpu_target(), prepare(MLP, "NHWC")
+    rng = np.random.default_rng(11)
+    with TuningDatabase(tmp_path / "r.db") as db:
+        for t in prepared.tasks:
+            space = make_space(t.workload, target)
+            register(db, t.workload, target)
+            for i in range(4):  # four configs per task, recorded as if tuned (made-up times)
+                cfg = space.sample(rng)
+                steps = [st.to_dict() for st in space.steps(cfg)]
+                db.add_measurement(MeasurementRecord(t.key, target.key, cfg, steps, ((i + 1) * 1e-5,), None,
+                                                     verified=True))
+        top = {t.key: [r.config for r in db.top(t.workload.key, target.key, 3)] for t in prepared.tasks}
+        assert all(len({config_key(c) for c in cs}) == len(cs) for cs in top.values())
+        plain = compile_model(prepared, target, db, cache_dir=cache, verbose=False)
+        module = compile_model(prepared, target, db, cache_dir=cache, verbose=False, rerank=3)
+    for c, p in zip(module.choices, plain.choices):
+        assert p.config == top[p.task.key][0]  # without rerank: the fastest record
+        assert c.config in top[c.task.key]  # with it: one of the three fastest
+    assert module.summary.reranked == sorted({c.task.label for c, p in zip(module.choices, plain.choices)
+                                              if c.config != p.config})
+    feeds = module.random_inputs(np.random.default_rng(3))
+    for o, r in zip(module.run(feeds), onnxruntime_outputs(MLP, feeds)):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+
+
 def test_outputs_that_are_inputs_or_aliases_are_copied(cache: str) -> None:
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [4, 2])
     nodes = [

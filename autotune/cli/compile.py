@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target)
     db = open_db(args.db, create=False)
     try:
-        module = build_module(model, target, db, args.layout)
+        module = build_module(model, target, db, args.layout, args.rerank)
     finally:
         db.close()
     print(module.prepared.describe(), flush=True)

@@ -47,6 +47,14 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
         help="data layout of convolutions and pools; auto = tune both / compile the one with the lower "
         "estimated latency (default NHWC)",
     )
+    p.add_argument(
+        "--rerank",
+        type=int,
+        default=1,
+        metavar="K",
+        help="compile/bench, CPU: each subgraph takes the fastest of its K best records timed inside the "
+        "compiled module, not its best isolated one (default 1: off)",
+    )
 
 
 def parse_input_shapes(items: list[str]) -> dict[str, list[int]]:
@@ -149,9 +157,11 @@ def run_model_tuning(args: argparse.Namespace) -> int:
 
 
 # --- compile ------------------------------------------------------------------------------------------
-def build_module(model: LoadedModel, target: Any, db: Any, layout: str) -> Any:
+def build_module(model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1) -> Any:
+    if rerank < 1:
+        raise UsageError(f"--rerank must be >= 1, got {rerank}")
     try:
-        return compile_model(model.graph, target, db, layout=layout, verbose=False)
+        return compile_model(model.graph, target, db, layout=layout, verbose=False, rerank=rerank)
     except GraphError as err:
         raise UsageError(str(err)) from None
 
@@ -192,7 +202,7 @@ def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) 
     """The module built from the DB's best schedules, its random inputs, and its outputs on them."""
     db = open_db(args.db, create=False)
     try:
-        module = build_module(model, target, db, args.layout)
+        module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1))
     finally:
         db.close()
     print(f"target: {target.describe()} [{target.key}]", flush=True)

@@ -129,6 +129,19 @@ def render(wl: Any, steps: Sequence[Step], target: Target) -> Program | CudaSour
     return build_program(wl, steps, target)
 
 
+def runner_up_schedules(task: Task, target: Target, db: TuningDatabase, k: int) -> list[KernelChoice]:
+    """The task's 2nd to ``k``-th fastest recorded schedules that still replay (for ``rerank``)."""
+    out = []
+    for record in db.top(task.workload.key, target.key, k)[1:]:
+        try:
+            steps = [step_from_dict(d) for d in record.steps]
+            prog = render(task.workload, steps, target)
+        except (ScheduleError, KeyError, TypeError, ValueError):
+            continue
+        out.append(KernelChoice(task, steps, record.config, True, record.mean_s, program=prog))
+    return out
+
+
 def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> KernelChoice:
     """The best recorded schedule for the task, or the space's default one (noted why)."""
     wl = task.workload
@@ -169,6 +182,7 @@ class CompileSummary:
     naive_bytes: int
     estimated_s: float | None
     seconds: dict = field(default_factory=dict)
+    reranked: list[str] = field(default_factory=list)  # tasks whose in-module timing picked a runner-up
 
     def line(self) -> str:
         fb = f"; default schedule for: {', '.join(self.fallback)}" if self.fallback else ""
@@ -176,6 +190,7 @@ class CompileSummary:
             f"{self.model}: {self.tuned_calls}/{self.calls} fused subgraphs use tuned schedules "
             f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
             f"arena {self.arena_bytes / 2**20:.2f} MiB vs {self.naive_bytes / 2**20:.2f} MiB unshared"
+            + (f"; {len(self.reranked)} took a runner-up, faster in the module" if self.reranked else "")
         )
 
     def to_json(self) -> dict:
@@ -191,6 +206,7 @@ class CompileSummary:
             "naive_intermediate_bytes": self.naive_bytes,
             "estimated_s": self.estimated_s,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "reranked": self.reranked,
         }
 
 
@@ -337,6 +353,7 @@ def compile_model(
     workers: int | None = None,
     cache_dir: str | None = None,
     verbose: bool = True,
+    rerank: int = 1,
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -344,6 +361,8 @@ def compile_model(
     imported) or a Prepared (passes already run);
     ``layout``: NHWC, NCHW or auto (the one with the lower estimated latency from ``db``).
     ``cache_dir``: where built objects and libraries are kept (default ~/.cache/autotune/modules).
+    ``rerank`` k > 1 (CPU): each task takes the fastest of its k best records timed inside the
+    module rather than its best isolated one (see ``_rerank``; a few seconds per variant).
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
@@ -363,22 +382,12 @@ def compile_model(
             by_key[task.key] = choose_schedule(task, target, db)
         c = by_key[task.key]
         choices.append(KernelChoice(task, c.steps, c.config, c.tuned, c.best_s, c.note, c.program))
-    kernels: dict[str, KernelSource] = {}
-    names: list[str] = []
-    for c in choices:
-        prog = c.program
-        assert prog is not None
-        name = prog.kernel_name if isinstance(prog, Program) else kernel_name(c.task.workload)
-        kernels.setdefault(name, KernelSource(name, prog.source, prog))
-        names.append(name)
-    graph, calls = with_prepacked_weights(prepared.graph, prepared.calls, [kernels[n].program for n in names])
-    t2 = time.perf_counter()
-    plan = plan_memory(graph, calls)
-    call_kernels = [names[call.task] for call in calls]
-    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in graph.name)[:40]
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
-    lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
-    executable = backend.load(lib, entry, graph, plan)
+    reranked: list[str] = []
+    if rerank > 1 and db is not None and hasattr(backend, "entry_text") and target.kind == "cpu":
+        choices, reranked = _rerank(prepared, choices, target, db, backend, rerank)
+    t2 = time.perf_counter()
+    built = _build(prepared, choices, backend)
     t3 = time.perf_counter()
     tuned_calls = sum(choices[c.task].tuned for c in prepared.calls)
     est = (
@@ -392,12 +401,88 @@ def compile_model(
         fallback=[c.task.label for c in choices if not c.tuned],
         calls=len(prepared.calls),
         tuned_calls=tuned_calls,
-        arena_bytes=plan.arena_bytes,
-        naive_bytes=plan.naive_bytes,
+        arena_bytes=built.plan.arena_bytes,
+        naive_bytes=built.plan.naive_bytes,
         estimated_s=est,
         seconds={"passes": t1 - t0, "schedules": t2 - t1, "build": t3 - t2},
+        reranked=reranked,
     )
     if verbose:
         print(summary.line(), file=sys.stderr, flush=True)
-    entry_c = backend.entry_text(entry, list(kernels.values()), calls, call_kernels, graph, plan)
-    return CompiledModule(prepared, plan, choices, executable, summary, entry_c, entry)
+    b = built
+    entry_c = backend.entry_text(b.entry, b.kernels, b.calls, b.call_kernels, b.graph, b.plan)
+    return CompiledModule(prepared, b.plan, choices, b.executable, summary, entry_c, b.entry)
+
+
+@dataclass
+class _Built:
+    entry: str
+    kernels: list[KernelSource]
+    calls: list[KernelCall]
+    call_kernels: list[str]
+    graph: Graph
+    plan: MemoryPlan
+    executable: Any
+
+
+def _build(prepared: Prepared, choices: Sequence[KernelChoice], backend: Any) -> _Built:
+    """Kernels of the choices, pre-tiled weights, memory plan, one library, loaded."""
+    kernels: dict[str, KernelSource] = {}
+    names: list[str] = []
+    for c in choices:
+        prog = c.program
+        assert prog is not None
+        name = prog.kernel_name if isinstance(prog, Program) else kernel_name(c.task.workload)
+        kernels.setdefault(name, KernelSource(name, prog.source, prog))
+        names.append(name)
+    graph, calls = with_prepacked_weights(prepared.graph, prepared.calls, [kernels[n].program for n in names])
+    plan = plan_memory(graph, calls)
+    call_kernels = [names[call.task] for call in calls]
+    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in graph.name)[:40]
+    lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
+    return _Built(entry, list(kernels.values()), calls, call_kernels, graph, plan,
+                  backend.load(lib, entry, graph, plan))
+
+
+def _rerank(prepared: Prepared, choices: list[KernelChoice], target: Target, db: TuningDatabase,
+            backend: Any, k: int, rounds: int = 3, repeat: int = 10) -> tuple[list[KernelChoice], list[str]]:
+    """Per task, the fastest of its ``k`` best records *inside the module*: variant j of the module
+    uses every task's j-th record (its best where it has fewer), each variant is profiled call by
+    call in ``rounds`` interleaved rounds, and a task keeps the record whose calls took the least
+    (median over rounds). Isolated tuning times can mislead: a kernel runs after other kernels, on
+    their outputs. Returns the new choices and the labels of the tasks that changed."""
+    alts: dict[str, list[KernelChoice]] = {}
+    for c in choices:
+        if c.task.key not in alts:
+            alts[c.task.key] = [c] + (runner_up_schedules(c.task, target, db, k) if c.tuned else [])
+    depth = max(len(a) for a in alts.values())
+    if depth < 2:
+        return choices, []
+    times: dict[tuple[str, int], list[float]] = {}
+    rng = np.random.default_rng(0)
+    types = prepared.graph.types
+    feeds = [rng.standard_normal(types[n].shape).astype(types[n].dtype) for n in prepared.graph.inputs]
+    for _ in range(rounds):
+        for j in range(depth):
+            variant = [_as_task(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], c.task) for c in choices]
+            built = _build(prepared, variant, backend)
+            outs = [aligned_empty(prepared.graph.types[o].shape, prepared.graph.types[o].dtype)
+                    for o in prepared.graph.outputs]
+            arrays = check_inputs(prepared.graph, feeds)
+            med = np.median(built.executable.profile(arrays, outs, repeat, len(prepared.calls)), axis=0)
+            per_task: dict[str, float] = {}
+            for i, call in enumerate(prepared.calls):
+                key = choices[call.task].task.key
+                per_task[key] = per_task.get(key, 0.0) + float(med[i])
+            for key, s in per_task.items():
+                if j < len(alts[key]):
+                    times.setdefault((key, j), []).append(s)
+    pick = {key: min(range(len(a)), key=lambda j, key=key: float(np.median(times[(key, j)])))
+            for key, a in alts.items()}
+    new = [_as_task(alts[c.task.key][pick[c.task.key]], c.task) for c in choices]
+    changed = sorted({c.task.label for c in choices if pick[c.task.key] != 0})
+    return new, changed
+
+
+def _as_task(c: KernelChoice, task: Task) -> KernelChoice:
+    return KernelChoice(task, c.steps, c.config, c.tuned, c.best_s, c.note, c.program)
