@@ -5,6 +5,7 @@
 #   scripts/graph_figures.sh                     # budgets 500 2000 for both models (hours on 2 cores)
 #   RESNET_BUDGETS="100 300" BERT_BUDGETS="100" scripts/graph_figures.sh
 #   STRATEGY=xgb OUT=figures scripts/graph_figures.sh
+#   RERANK=3 scripts/graph_figures.sh            # benchmarks compile with bench.py --rerank 3
 #
 # Budgets are cumulative (--trials tops the DB up), so a killed run resumes. Every step appends one
 # JSON line per model to $OUT/figures.jsonl and the table at the end is printed from it. On a machine
@@ -18,6 +19,7 @@ RESNET_BUDGETS=${RESNET_BUDGETS-"500 2000"}  # set it empty to skip the model
 BERT_BUDGETS=${BERT_BUDGETS-"500 2000"}
 STRATEGY=${STRATEGY:-random}
 REPEAT=${REPEAT:-5}
+RERANK=${RERANK:-1}
 mkdir -p "$OUT"
 
 run() {  # model budget
@@ -27,7 +29,7 @@ run() {  # model budget
   python scripts/tune.py --model "$model" --trials "$budget" --db "$db" --strategy "$STRATEGY" --json \
     | tee "$OUT/tune_${name%%\?*}_$budget.log" | tail -n 3 | sed -n 1,2p
   echo "== $model: benchmark after $budget trials =="
-  python scripts/bench.py --model "$model" --db "$db" --repeat "$REPEAT" --json \
+  python scripts/bench.py --model "$model" --db "$db" --repeat "$REPEAT" --rerank "$RERANK" --json \
     | tee "$OUT/bench_${name%%\?*}_$budget.log" | tail -n 2 | sed -n 1p
   tail -n 1 "$OUT/bench_${name%%\?*}_$budget.log" \
     | python -c "import json,sys; r=json.load(sys.stdin); r['budget']=$budget; print(json.dumps(r))" \

@@ -43,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum duration of one repeat, in ms (default 200)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    from ..graph.cli import add_model_args
+    from ..graph.cli import add_model_args, add_rerank_arg
 
     add_model_args(p)
+    add_rerank_arg(p)
     return p
 
 

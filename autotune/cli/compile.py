@@ -14,7 +14,7 @@ from .common import TARGETS, UsageError, fail, open_db, resolve_target
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..graph.cli import add_model_args
+    from ..graph.cli import add_model_args, add_rerank_arg
 
     p = argparse.ArgumentParser(
         prog="compile.py",
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one entry point. Exit status 2 on bad input, 1 if --check finds wrong outputs.",
     )
     add_model_args(p, required=True)
+    add_rerank_arg(p)
     p.add_argument("--target", default="cpu", help=f"where it runs: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
     p.add_argument("-o", "--output", help="copy the built shared library here")

@@ -47,12 +47,16 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
         help="data layout of convolutions and pools; auto = tune both / compile the one with the lower "
         "estimated latency (default NHWC)",
     )
+
+
+def add_rerank_arg(p: argparse.ArgumentParser) -> None:
+    """--rerank (compile.py, bench.py)."""
     p.add_argument(
         "--rerank",
         type=int,
         default=1,
         metavar="K",
-        help="compile/bench, CPU: each subgraph takes the fastest of its K best records timed inside the "
+        help="CPU models: each subgraph takes the fastest of its K best records timed inside the "
         "compiled module, not its best isolated one (default 1: off)",
     )
 
