@@ -201,20 +201,24 @@ class TuningDatabase:
         )
         return {r[0] for r in rows}
 
-    def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
-        """Fastest verified, error-free record for the pair, or None."""
-        top = self.top(workload_key, target_key, 1)
-        return top[0] if top else None
-
-    def top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
-        """The ``k`` fastest verified, error-free records for the pair, one per config, fastest first."""
-        rows = self.db.query(
+    def _fastest(self, workload_key: str, target_key: str, limit: int | None) -> Iterator[dict[str, Any]]:
+        """Verified, error-free rows for the pair, fastest first (at most ``limit``)."""
+        return self.db.query(
             """SELECT * FROM measurements
                WHERE workload_key = ? AND target_key = ?
                  AND error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
-               ORDER BY mean_s, id""",
-            [workload_key, target_key],
+               ORDER BY mean_s, id LIMIT ?""",
+            [workload_key, target_key, -1 if limit is None else limit],
         )
+
+    def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
+        """Fastest verified, error-free record for the pair, or None."""
+        rows = list(self._fastest(workload_key, target_key, 1))
+        return record_from_row(rows[0]) if rows else None
+
+    def top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
+        """The ``k`` fastest verified, error-free records for the pair, one per config, fastest first."""
+        rows = self._fastest(workload_key, target_key, None)  # a config may hold several records
         out: list[MeasurementRecord] = []
         seen: set[str] = set()
         for row in rows:

@@ -129,16 +129,24 @@ def render(wl: Any, steps: Sequence[Step], target: Target) -> Program | CudaSour
     return build_program(wl, steps, target)
 
 
+_REPLAY_ERRORS = (ScheduleError, KeyError, TypeError, ValueError)  # a record today's code cannot replay
+
+
+def _replay(task: Task, record: Any, target: Target) -> KernelChoice:
+    """The task compiled with a record's steps; raises one of _REPLAY_ERRORS if they no longer apply."""
+    steps = [step_from_dict(d) for d in record.steps]
+    prog = render(task.workload, steps, target)
+    return KernelChoice(task, steps, record.config, True, record.mean_s, program=prog)
+
+
 def runner_up_schedules(task: Task, target: Target, db: TuningDatabase, k: int) -> list[KernelChoice]:
     """The task's 2nd to ``k``-th fastest recorded schedules that still replay (for ``rerank``)."""
     out = []
     for record in db.top(task.workload.key, target.key, k)[1:]:
         try:
-            steps = [step_from_dict(d) for d in record.steps]
-            prog = render(task.workload, steps, target)
-        except (ScheduleError, KeyError, TypeError, ValueError):
+            out.append(_replay(task, record, target))
+        except _REPLAY_ERRORS:
             continue
-        out.append(KernelChoice(task, steps, record.config, True, record.mean_s, program=prog))
     return out
 
 
@@ -149,10 +157,8 @@ def choose_schedule(task: Task, target: Target, db: TuningDatabase | None) -> Ke
     note = "no tuning record"
     if record is not None:
         try:
-            steps = [step_from_dict(d) for d in record.steps]
-            prog = render(wl, steps, target)
-            return KernelChoice(task, steps, record.config, True, record.mean_s, program=prog)
-        except (ScheduleError, KeyError, TypeError, ValueError) as err:
+            return _replay(task, record, target)
+        except _REPLAY_ERRORS as err:
             note = f"tuned schedule failed to replay ({type(err).__name__})"
     space = make_space(wl, target)
     last: Exception | None = None
@@ -380,11 +386,10 @@ def compile_model(
     for task in prepared.tasks:
         if task.key not in by_key:
             by_key[task.key] = choose_schedule(task, target, db)
-        c = by_key[task.key]
-        choices.append(KernelChoice(task, c.steps, c.config, c.tuned, c.best_s, c.note, c.program))
+        choices.append(dataclasses.replace(by_key[task.key], task=task))
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
     reranked: list[str] = []
-    if rerank > 1 and db is not None and hasattr(backend, "entry_text") and target.kind == "cpu":
+    if rerank > 1 and db is not None and target.kind == "cpu":  # (the profile entry is CPU only)
         choices, reranked = _rerank(prepared, choices, target, db, backend, rerank)
     t2 = time.perf_counter()
     built = _build(prepared, choices, backend)
@@ -461,14 +466,14 @@ def _rerank(prepared: Prepared, choices: list[KernelChoice], target: Target, db:
     times: dict[tuple[str, int], list[float]] = {}
     rng = np.random.default_rng(0)
     types = prepared.graph.types
-    feeds = [rng.standard_normal(types[n].shape).astype(types[n].dtype) for n in prepared.graph.inputs]
+    arrays = check_inputs(prepared.graph, [rng.standard_normal(types[n].shape).astype(types[n].dtype)
+                                           for n in prepared.graph.inputs])
+    outs = [aligned_empty(types[o].shape, types[o].dtype) for o in prepared.graph.outputs]
     for _ in range(rounds):
         for j in range(depth):
-            variant = [_as_task(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], c.task) for c in choices]
+            variant = [dataclasses.replace(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], task=c.task)
+                       for c in choices]
             built = _build(prepared, variant, backend)
-            outs = [aligned_empty(prepared.graph.types[o].shape, prepared.graph.types[o].dtype)
-                    for o in prepared.graph.outputs]
-            arrays = check_inputs(prepared.graph, feeds)
             med = np.median(built.executable.profile(arrays, outs, repeat, len(prepared.calls)), axis=0)
             per_task: dict[str, float] = {}
             for i, call in enumerate(prepared.calls):
@@ -479,10 +484,6 @@ def _rerank(prepared: Prepared, choices: list[KernelChoice], target: Target, db:
                     times.setdefault((key, j), []).append(s)
     pick = {key: min(range(len(a)), key=lambda j, key=key: float(np.median(times[(key, j)])))
             for key, a in alts.items()}
-    new = [_as_task(alts[c.task.key][pick[c.task.key]], c.task) for c in choices]
+    new = [dataclasses.replace(alts[c.task.key][pick[c.task.key]], task=c.task) for c in choices]
     changed = sorted({c.task.label for c in choices if pick[c.task.key] != 0})
     return new, changed
-
-
-def _as_task(c: KernelChoice, task: Task) -> KernelChoice:
-    return KernelChoice(task, c.steps, c.config, c.tuned, c.best_s, c.note, c.program)
