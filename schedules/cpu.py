@@ -15,6 +15,10 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
   spatial axis outermost, so each thread works through whole weight panels);
 - the inner reduction loops (R1) around the register tile can keep its accumulators in registers
   throughout (knob ``registers``, with the register tile unrolled; autotune.ir.registers);
+- an elementwise output that picks literal coefficients along some axes (compares them with
+  constants, or takes them ``// d`` / ``% d``: the Winograd transforms) can split those axes by
+  their period and unroll the short loops inside the vector chunks (knob ``unroll_coefficients``):
+  the coefficients become literals, and the unrolled copies share their loads;
 - every other stage: outer loops fused and parallel, innermost spatial loop vectorized; a
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
   innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
@@ -62,6 +66,39 @@ def _vector_reducible(stage: Stage, lanes: int) -> bool:
 def _row_reducible(stage: Stage, lanes: int) -> bool:
     """A reduction whose innermost reduction axis splits into whole vectors (a row of 128)."""
     return stage.is_reduction and stage.reduce_axes[-1].extent % lanes == 0
+
+
+def _coefficient_steps(stage: Stage, lanes: int, periods: dict[int, int]) -> list[Step]:
+    """An elementwise stage with coefficient axes (``Sketch.coefficient_axes``: position ->
+    period d): each such axis split by d, the d-long loops moved inside the vector chunks of the
+    last axis and unrolled, so every unrolled copy sees literal coefficients and the copies share
+    their loads; the other loops fused and parallel."""
+    names = [a.name for a in stage.axes]
+    steps: list[Step] = []
+    outer, inner = [], []
+    for i, (name, ext) in enumerate(zip(names[:-1], stage.tensor.shape[:-1])):
+        if i not in periods:
+            outer.append(name)
+        elif periods[i] >= ext:
+            inner.append(name)
+        else:
+            steps.append(SplitStep(stage.name, name, periods[i]))
+            outer.append(f"{name}.0")
+            inner.append(f"{name}.1")
+    last, last_ext = names[-1], stage.tensor.shape[-1]
+    vector = last_ext % lanes == 0 and last_ext >= lanes
+    if vector:
+        steps.append(SplitStep(stage.name, last, lanes))
+        outer.append(f"{last}.0")
+    steps.append(ReorderStep(stage.name, tuple(outer + inner + ([f"{last}.1"] if vector else [last]))))
+    steps += [unroll(stage.name, x) for x in inner]
+    if vector:
+        steps.append(vectorize(stage.name, f"{last}.1"))
+    if len(outer) > 1:
+        steps.append(FuseStep(stage.name, tuple(outer)))
+    if outer:
+        steps.append(parallel(stage.name, "@".join(outer)))
+    return steps
 
 
 def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
@@ -117,6 +154,8 @@ class CpuSketch(Sketch):
             along = any(_row_reducible(st, self.lanes) for st in self.sch.stages)
             if across or along:
                 knobs.append(ChoiceKnob("vector_reduce", (1, 0) + ((2,) if along else ())))
+            if self.coefficient_axes:
+                knobs.append(ChoiceKnob("unroll_coefficients", (1, 0)))
         constraints = []
         if self.mode in ("cache_write", "epilogue"):
             knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
@@ -195,7 +234,10 @@ class CpuSketch(Sketch):
         if self.mode not in ("cache_write", "epilogue"):  # simple, and rowwise (a GPU-only plan)
             for st in self.sch.stages:
                 if st.name not in self.inline_always and st.name not in self.inline_knob or st.name in rooted:
-                    steps += _root_steps(st, self.lanes, int(c.get("vector_reduce", 0)))
+                    if st.is_output and c.get("unroll_coefficients", 0):
+                        steps += _coefficient_steps(st, self.lanes, self.coefficient_axes)
+                    else:
+                        steps += _root_steps(st, self.lanes, int(c.get("vector_reduce", 0)))
             return steps
         for n in rooted:
             steps += _root_steps(self.sch.stage(n), self.lanes)

@@ -3,10 +3,15 @@ reduction gets multi-level tiling, and whether its consumer is a fusable epilogu
 
 from __future__ import annotations
 
+import math
+
 from autotune.schedule import Schedule, Stage
 from autotune.target import Target
 from autotune.te import Workload
-from autotune.te.expr import Select, TensorRead, free_vars, walk
+from autotune.te.expr import Binary, Compare, IntImm, Select, TensorRead, Var, free_vars, walk
+
+MAX_COEFF_PERIOD = 8  # the longest period of a coefficient axis (see coefficient_axes)
+MAX_COEFF_COPIES = 64  # the most unrolled copies of a body over its coefficient axes
 
 
 def _reads(stage: Stage) -> list[TensorRead]:
@@ -23,6 +28,37 @@ def _has_reuse(stage: Stage) -> bool:
     return stage.is_reduction and any(
         not spatial <= set().union(*(free_vars(i) for i in r.indices)) for r in _reads(stage)
     )
+
+
+def coefficient_axes(stages: list[Stage], out: Stage) -> dict[int, int]:
+    """Axes of ``out`` (by position, the last excepted) along which some stage of the same shape
+    picks literal coefficients, with their period ``d``: the axis variable compared with a
+    constant (``d`` = its extent, at most MAX_COEFF_PERIOD) or taken ``// d`` and ``% d``; the
+    longest periods dropped until their product is at most MAX_COEFF_COPIES. Loops of
+    length ``d`` over such an axis, unrolled, turn the coefficient ``select`` s into literals (the
+    Winograd transforms: autotune.graph.winograd)."""
+    found: dict[int, int] = {}
+    for st in stages:
+        if st.tensor.shape != out.tensor.shape or st.is_reduction:
+            continue
+        pos = {a.var: i for i, a in enumerate(st.axes[:-1])}
+        for node in walk(st.body):
+            if not isinstance(node, (Binary, Compare)):
+                continue
+            a, b = node.a, node.b
+            if isinstance(node, Compare) and isinstance(b, Var) and isinstance(a, IntImm):
+                a, b = b, a
+            if not (isinstance(a, Var) and a in pos and isinstance(b, IntImm)):
+                continue
+            ext = st.axes[pos[a]].extent
+            if isinstance(node, Compare) and node.op in ("lt", "le", "eq") and ext <= MAX_COEFF_PERIOD:
+                found.setdefault(pos[a], ext)
+            elif isinstance(node, Binary) and node.op in ("floordiv", "mod"):
+                if 1 < b.value <= MAX_COEFF_PERIOD:
+                    found.setdefault(pos[a], b.value)
+    while math.prod(found.values()) > MAX_COEFF_COPIES:
+        del found[max(found, key=lambda i: (found[i], i))]
+    return found
 
 
 class Sketch:
@@ -44,6 +80,8 @@ class Sketch:
         self.anchor = anchors[0] if len(anchors) == 1 else None
         self.mode = "simple"
         self.tile_stage = self.compute_stage = ""
+        outs = [st for st in sch.stages if st.is_output]
+        self.coefficient_axes = coefficient_axes(sch.stages, outs[0]) if len(outs) == 1 else {}
         if self.anchor is not None:
             self._plan_tiling(self.anchor)
         else:

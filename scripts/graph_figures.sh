@@ -6,6 +6,7 @@
 #   RESNET_BUDGETS="100 300" BERT_BUDGETS="100" scripts/graph_figures.sh
 #   STRATEGY=xgb OUT=figures scripts/graph_figures.sh
 #   RERANK=3 scripts/graph_figures.sh            # benchmarks compile with bench.py --rerank 3
+#   WINOGRAD=2 scripts/graph_figures.sh          # tune.py / bench.py --winograd 2 (3x3 convs)
 #
 # Budgets are cumulative (--trials tops the DB up), so a killed run resumes. Every step appends one
 # JSON line per model to $OUT/figures.jsonl and the table at the end is printed from it. On a machine
@@ -20,16 +21,17 @@ BERT_BUDGETS=${BERT_BUDGETS-"500 2000"}
 STRATEGY=${STRATEGY:-random}
 REPEAT=${REPEAT:-5}
 RERANK=${RERANK:-1}
+WINOGRAD=${WINOGRAD:-0}
 mkdir -p "$OUT"
 
 run() {  # model budget
   local model=$1 budget=$2 name=${1#zoo:}
   local db="$OUT/${name%%\?*}.db"
   echo "== $model: tuning to $budget trials ($STRATEGY) =="
-  python scripts/tune.py --model "$model" --trials "$budget" --db "$db" --strategy "$STRATEGY" --json \
+  python scripts/tune.py --model "$model" --trials "$budget" --db "$db" --strategy "$STRATEGY" --winograd "$WINOGRAD" --json \
     | tee "$OUT/tune_${name%%\?*}_$budget.log" | tail -n 3 | sed -n 1,2p
   echo "== $model: benchmark after $budget trials =="
-  python scripts/bench.py --model "$model" --db "$db" --repeat "$REPEAT" --rerank "$RERANK" --json \
+  python scripts/bench.py --model "$model" --db "$db" --repeat "$REPEAT" --rerank "$RERANK" --winograd "$WINOGRAD" --json \
     | tee "$OUT/bench_${name%%\?*}_$budget.log" | tail -n 2 | sed -n 1p
   tail -n 1 "$OUT/bench_${name%%\?*}_$budget.log" \
     | python -c "import json,sys; r=json.load(sys.stdin); r['budget']=$budget; print(json.dumps(r))" \

@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target)
     db = open_db(args.db, create=False)
     try:
-        module = build_module(model, target, db, args.layout, args.rerank)
+        module = build_module(model, target, db, args.layout, args.rerank, args.winograd)
     finally:
         db.close()
     print(module.prepared.describe(), flush=True)

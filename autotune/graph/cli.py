@@ -18,6 +18,7 @@ from ..cli.common import UsageError, measure_tools, open_db, resolve_target
 from .compiler import LAYOUTS, Prepared, compile_model, prepare
 from .frontend import from_onnx
 from .ir import Graph, GraphError
+from .winograd import TILE_SIZES
 
 DEFAULT_MODEL_TRIALS = 200
 QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
@@ -46,6 +47,15 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
         choices=LAYOUTS,
         help="data layout of convolutions and pools; auto = tune both / compile the one with the lower "
         "estimated latency (default NHWC)",
+    )
+    p.add_argument(
+        "--winograd",
+        type=int,
+        default=0,
+        choices=(0, *TILE_SIZES),
+        metavar="M",
+        help="stride-1 3x3 convolutions (NHWC) as Winograd F(MxM,3x3), M = 2 or 4: tune.py tunes both "
+        "forms, compile.py / bench.py take the faster per convolution; 0 = direct only (default 0)",
     )
 
 
@@ -103,10 +113,13 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
     return LoadedModel(spec, graph, proto, shapes)
 
 
-def prepare_layouts(model: LoadedModel, layout: str) -> list[Prepared]:
+def prepare_layouts(model: LoadedModel, layout: str, winograd: int = 0) -> list[Prepared]:
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
-        return [prepare(model.graph, lay) for lay in layouts]
+        out = [prepare(model.graph, lay) for lay in layouts]
+        # --winograd: tune both forms of each eligible convolution; compile takes the faster
+        every = [prepare(model.graph, lay, winograd=winograd) for lay in layouts if winograd]
+        return out + [p for p in every if p.winograd_convs]
     except GraphError as err:
         raise UsageError(str(err)) from None
 
@@ -126,7 +139,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     if trials < 0 or args.batch_size < 1:
         raise UsageError("--trials must be >= 0 and --batch-size >= 1")
     model = load(args.model, args.input_shape)
-    prepared = prepare_layouts(model, args.layout)
+    prepared = prepare_layouts(model, args.layout, args.winograd)
     target = resolve_target(args.target)
     print(prepared[0].describe(), flush=True)
     db = open_db(args.db)
@@ -161,11 +174,15 @@ def run_model_tuning(args: argparse.Namespace) -> int:
 
 
 # --- compile ------------------------------------------------------------------------------------------
-def build_module(model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1) -> Any:
+def build_module(
+    model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1, winograd: int = 0
+) -> Any:
     if rerank < 1:
         raise UsageError(f"--rerank must be >= 1, got {rerank}")
     try:
-        return compile_model(model.graph, target, db, layout=layout, verbose=False, rerank=rerank)
+        return compile_model(
+            model.graph, target, db, layout=layout, verbose=False, rerank=rerank, winograd=winograd
+        )
     except GraphError as err:
         raise UsageError(str(err)) from None
 
@@ -206,7 +223,7 @@ def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) 
     """The module built from the DB's best schedules, its random inputs, and its outputs on them."""
     db = open_db(args.db, create=False)
     try:
-        module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1))
+        module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1), args.winograd)
     finally:
         db.close()
     print(f"target: {target.describe()} [{target.key}]", flush=True)

@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
+from .winograd import SUFFIXES
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
 
@@ -61,25 +62,66 @@ class Prepared:
     tasks: list[Task]
     calls: list[KernelCall]
     layout: str
+    winograd: int = 0
+    winograd_convs: tuple[str, ...] = ()  # the convolutions computed as F(m x m, 3 x 3)
 
     def describe(self) -> str:
         weights = sum(t.weight for t in self.tasks)
+        m, k = self.winograd, len(self.winograd_convs)
+        wg = f", {k} conv{'s' * (k != 1)} as Winograd F({m}x{m},3x3)" if k else ""
         return (
             f"{self.graph.name}: {len(self.graph.nodes)} nodes -> {len(self.groups)} fused kernels, "
-            f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}"
+            f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}{wg}"
         )
 
 
 def prepare(
-    model: Any, layout: str = "NHWC", input_shapes: Mapping[str, Sequence[int]] | None = None
+    model: Any,
+    layout: str = "NHWC",
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    winograd: int = 0,
+    convs: Collection[str] | None = None,
 ) -> Prepared:
-    """Import (unless given a Graph), run the passes, fuse and extract tasks."""
+    """Import (unless given a Graph), run the passes, fuse and extract tasks; ``winograd`` m > 0
+    computes the stride-1 3x3 convolutions of an NHWC graph (those named in ``convs``; all when
+    None) as F(m x m, 3 x 3)."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    graph = optimize(load_model(model, input_shapes), layout)
+    graph = optimize(load_model(model, input_shapes), layout, winograd, convs)
     groups = fuse(graph)
     tasks, calls = extract_tasks(groups, graph)
-    return Prepared(graph, groups, tasks, calls, layout)
+    done = tuple(n.name[: -len(SUFFIXES[0])] for n in graph.nodes if n.op == "WinogradInput")
+    return Prepared(graph, groups, tasks, calls, layout, winograd if done else 0, done)
+
+
+def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -> dict[str, float]:
+    """Node name -> best recorded time of the kernel computing it (inf without a record)."""
+    out: dict[str, float] = {}
+    for call in prepared.calls:
+        rec = db.best(prepared.tasks[call.task].key, target.key) if db is not None else None
+        for n in call.group.nodes:
+            out[n.name] = rec.mean_s if rec else math.inf
+    return out
+
+
+def choose_winograd(
+    model: Any, target: Target, db: TuningDatabase | None, layout: str, m: int,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Prepared:
+    """The algorithm of each eligible convolution as a tunable: F(m x m, 3 x 3) where its three
+    kernels' best recorded times add up to less than the direct convolution's, else direct (so
+    direct wherever either form lacks records)."""
+    graph = load_model(model, input_shapes)
+    direct = prepare(graph, layout)
+    if not m or layout != "NHWC":
+        return direct
+    every = prepare(graph, layout, winograd=m)
+    d_cost, w_cost = _node_costs(direct, target, db), _node_costs(every, target, db)
+    chosen = [
+        c for c in every.winograd_convs
+        if sum(w_cost.get(c + s, math.inf) for s in SUFFIXES) < d_cost.get(c, math.inf)
+    ]
+    return prepare(graph, layout, winograd=m, convs=chosen)
 
 
 def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:
@@ -100,11 +142,12 @@ def choose_layout(
     target: Target,
     db: TuningDatabase | None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    winograd: int = 0,
 ) -> Prepared:
     """Layout as a tunable: the layout whose tasks are all tuned with the lowest estimated model
     latency (sum of weight x best latency); NHWC when neither is fully tuned."""
     graph = load_model(model, input_shapes)
-    options = [prepare(graph, lay) for lay in ("NHWC", "NCHW")]
+    options = [choose_winograd(graph, target, db, lay, winograd) for lay in ("NHWC", "NCHW")]
     costs = [estimated_latency(p.tasks, target, db) for p in options]
     return options[1] if costs[1] < costs[0] else options[0]
 
@@ -360,6 +403,7 @@ def compile_model(
     cache_dir: str | None = None,
     verbose: bool = True,
     rerank: int = 1,
+    winograd: int = 0,
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -369,6 +413,8 @@ def compile_model(
     ``cache_dir``: where built objects and libraries are kept (default ~/.cache/autotune/modules).
     ``rerank`` k > 1 (CPU): each task takes the fastest of its k best records timed inside the
     module rather than its best isolated one (see ``_rerank``; a few seconds per variant).
+    ``winograd`` m > 0: each stride-1 3x3 convolution computed directly or as F(m x m, 3 x 3),
+    whichever ``db`` records as faster (``choose_winograd``; tune with the same m).
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
@@ -377,9 +423,9 @@ def compile_model(
     if isinstance(model, Prepared):
         prepared = model
     elif layout == "auto":
-        prepared = choose_layout(model, target, db, input_shapes)
+        prepared = choose_layout(model, target, db, input_shapes, winograd)
     else:
-        prepared = prepare(model, layout, input_shapes)
+        prepared = choose_winograd(model, target, db, layout, winograd, input_shapes)
     t1 = time.perf_counter()
     by_key: dict[str, KernelChoice] = {}
     choices: list[KernelChoice] = []

@@ -104,7 +104,7 @@ def unsupported(model: Any) -> list[str]:
     problems: list[str] = []
     for i, n in enumerate(model.graph.node):
         name = n.name or f"{n.op_type}_{i}"
-        if n.domain not in ("", "ai.onnx") or n.op_type not in OPS:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in OPS or OPS[n.op_type].internal:
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
             by_op.setdefault(op, []).append(name)
             continue

@@ -47,14 +47,15 @@ class OpDef:
     infer: Callable[[Node, Types, Consts], list[TensorType]]
     numpy: Callable[[Node, list[np.ndarray]], list[np.ndarray]]
     check: Callable[[Node], str | None] = lambda node: None  # an unsupported attribute, or None
+    internal: bool = False  # made by the compiler's passes only; never accepted from a model
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def _op(name: str, kind: str, check: Callable[[Node], str | None] | None = None):  # noqa: ANN202
+def _op(name: str, kind: str, check: Callable[[Node], str | None] | None = None, internal: bool = False):  # noqa: ANN202
     def wrap(cls):  # noqa: ANN001, ANN202
-        OPS[name] = OpDef(name, kind, cls.infer, cls.numpy, check or (lambda node: None))
+        OPS[name] = OpDef(name, kind, cls.infer, cls.numpy, check or (lambda node: None), internal)
         return cls
 
     return wrap

@@ -16,12 +16,13 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, contiguous
 from .ops import ELEMWISE, FOLD, REWRITE, evaluate, op_def, transpose_perm
+from .winograd import use_winograd  # also registers the Winograd operators
 
 Pass = Callable[[Graph], Graph]
 
@@ -484,8 +485,12 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
 
 
 # --- the pipeline -----------------------------------------------------------------------------------
-def optimize(graph: Graph, layout: str = "NHWC") -> Graph:
-    """The compiler's pass pipeline, in order."""
+def optimize(
+    graph: Graph, layout: str = "NHWC", winograd: int = 0, convs: Collection[str] | None = None
+) -> Graph:
+    """The compiler's pass pipeline, in order; ``winograd`` m > 0 computes the eligible 3x3
+    convolutions (those named in ``convs``; all when None) as F(m x m, 3 x 3)
+    (autotune.graph.winograd)."""
     g = fold_constants(graph)
     g = remove_identities(g)
     g = canonicalize_gemm(g)
@@ -495,6 +500,8 @@ def optimize(graph: Graph, layout: str = "NHWC") -> Graph:
     g = convert_layout(g, layout)
     g = simplify_transposes(g)
     g = fold_constants(g)
+    if winograd:
+        g = use_winograd(g, winograd, convs)
     for n in g.nodes:
         if op_def(n.op).kind in (FOLD, REWRITE):
             raise GraphError(f"{n.op} node {n.name!r} has non-constant inputs the compiler cannot handle")

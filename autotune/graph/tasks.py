@@ -22,6 +22,8 @@ _SHORT = {
     "GlobalAveragePool": "global_avg_pool",
     "MaxPool": "max_pool",
     "AveragePool": "avg_pool",
+    "WinogradInput": "winograd_in",
+    "WinogradOutput": "winograd_out",
 }
 
 

@@ -385,4 +385,11 @@ def build(op: str, attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
         return transpose(attrs, args, name)
     if op == "Concat":
         return concat(attrs, args, name)
+    if op in ("WinogradInput", "WinogradOutput"):
+        from . import winograd
+
+        x = args[0]
+        assert isinstance(x, te.Tensor)
+        fn = winograd.input_transform if op == "WinogradInput" else winograd.output_transform
+        return fn(attrs, x, name)
     raise GraphError(f"no tensor-expression builder for {op} (it should have been rewritten by a pass)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from ..te.expr import (
+    FLOAT_DTYPES,
     INT_DTYPES,
     Binary,
     Compare,
@@ -253,7 +254,29 @@ def _simplify_generic(e: Expr, ranges: Ranges) -> Expr:
             return FloatImm(_FOLD[out.op](out.a.value, out.b.value), out.dtype)
     if isinstance(out, Select) and isinstance(out.cond, IntImm):
         return out.t if out.cond.value else out.f
+    if isinstance(out, Binary) and out.dtype in FLOAT_DTYPES:
+        return _float_identity(out)
     return out
+
+
+def _float_identity(e: Binary) -> Expr:
+    """``x * 0 -> 0``, ``x * 1 -> x``, ``x + 0 -> x``, ``x - 0 -> x`` on floats: literal
+    coefficients of an unrolled loop (a Winograd transform) drop out. (``x * 0`` is 0 for every
+    finite x; an infinite or NaN x would have given NaN.)"""
+    a, b = e.a, e.b
+    za, zb = (isinstance(v, FloatImm) and v.value == 0.0 for v in (a, b))
+    if e.op == "mul":
+        if za or zb:
+            return FloatImm(0.0, e.dtype)
+        if isinstance(a, FloatImm) and a.value == 1.0:
+            return b
+        if isinstance(b, FloatImm) and b.value == 1.0:
+            return a
+    if e.op == "add" and (za or zb):
+        return b if za else a
+    if e.op == "sub" and zb:
+        return a
+    return e
 
 
 def _simplify_compare(e: Compare, ranges: Ranges) -> Expr:

@@ -1,0 +1,275 @@
+"""Winograd convolution F(m x m, 3 x 3) for stride-1 3x3 convolutions (Lavin & Gray, 2015).
+
+A convolution ``Y = conv(X, W)`` (NHWC, weight HWIO) is rewritten into three kernels:
+
+    V = WinogradInput(X)        V[xi, nu, p, c] = sum_ij Bt[xi, i] Bt[nu, j] tile_p(X)[i, j, c]
+    M = MatMul(V, U)            a*a independent GEMMs [P, C] x [C, K] (U a model constant)
+    Y = WinogradOutput(M)       Y[n, h, w, k]  = sum_{xi,nu} At[h%m, xi] At[w%m, nu] M[xi, nu, p, k]
+
+with ``a = m + 2`` (the input tile), ``P = N * ceil(OH/m) * ceil(OW/m)`` output tiles and the
+weight transformed once at compile time, ``U[xi, nu] = G W G^T``. Per output the GEMM does
+``9 / (a*a / (m*m))`` times fewer multiply-adds than the direct convolution (2.25x for m=2, 4x
+for m=4); the transforms cost ``a*a`` multiply-adds per element of V, small next to the GEMM's
+``K`` per element once the layer has more than a few dozen output channels.
+
+Both transforms are ordinary tensor expressions (each an elementwise kernel vectorized over the
+channels, the output transform taking the conv's bias / residual / ReLU epilogue), and the GEMM
+is the compiler's batched MatMul with a constant operand, so all three are tuned like any task.
+The transform coefficients are literals in the expression (a ``select`` over the tile position),
+so no table is read at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Collection, Sequence
+
+import numpy as np
+
+from autotune import te
+from autotune.te import tensor as T
+from autotune.te.expr import Expr, all_of, as_expr
+
+from .ir import Graph, GraphError, Node, TensorType
+from .ops import REDUCE, Consts, Types, _float_only, _op, _same, conv_params
+
+TILE_SIZES = (2, 4)  # m: outputs per tile side
+
+# Transform matrices (the standard choices of interpolation points: 0, +-1 for m=2; 0, +-1, +-2
+# for m=4; each plus the point at infinity).
+_MATRICES: dict[int, tuple[list[list[float]], list[list[float]], list[list[float]]]] = {
+    2: (
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+        [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+    ),
+    4: (
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+    ),
+}
+
+
+def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(At, G, Bt)`` of F(m, 3) as float64: At is m x a, G is a x 3, Bt is a x a."""
+    if m not in _MATRICES:
+        raise GraphError(f"Winograd tile size {m} is not supported; valid: {', '.join(map(str, TILE_SIZES))}")
+    return tuple(np.array(x, dtype=np.float64) for x in _MATRICES[m])  # type: ignore[return-value]
+
+
+def transform_weight(w: np.ndarray, m: int) -> np.ndarray:
+    """``U[xi, nu, c, k] = (G W[:, :, c, k] G^T)[xi, nu]`` of an HWIO 3x3 weight, in float64 then
+    cast back to the weight's dtype."""
+    _, g, _ = matrices(m)
+    u = np.einsum("xi,yj,ijck->xyck", g, g, w.astype(np.float64))
+    return np.ascontiguousarray(u.astype(w.dtype))
+
+
+def tiles(out_h: int, out_w: int, m: int) -> tuple[int, int]:
+    return math.ceil(out_h / m), math.ceil(out_w / m)
+
+
+# --- graph operators -----------------------------------------------------------------------------
+def _attrs(node: Node) -> tuple[int, int, int, int]:
+    a = node.attrs
+    return int(a["m"]), int(a.get("pad", 1)), int(a["out_h"]), int(a["out_w"])
+
+
+@_op("WinogradInput", REDUCE, internal=True)
+class _WinogradInput:
+    """X [N, H, W, C] -> V [a, a, N*TH*TW, C]; attrs m, pad, out_h, out_w."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        _float_only(node, types)
+        x = _same(types[0])
+        m, _, oh, ow = _attrs(node)
+        th, tw = tiles(oh, ow, m)
+        return [TensorType((m + 2, m + 2, x.shape[0] * th * tw, x.shape[3]), x.dtype)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        m, pad, oh, ow = _attrs(node)
+        _, _, bt = matrices(m)
+        a = m + 2
+        n, h, w, c = x.shape
+        th, tw = tiles(oh, ow, m)
+        xp = np.zeros((n, th * m + 2, tw * m + 2, c), dtype=x.dtype)
+        hh, ww = min(h, th * m + 2 - pad), min(w, tw * m + 2 - pad)
+        xp[:, pad : pad + hh, pad : pad + ww] = x[:, :hh, :ww]
+        d = np.empty((n, th, tw, a, a, c), dtype=x.dtype)
+        for i in range(a):
+            for j in range(a):
+                d[:, :, :, i, j] = xp[:, i : i + th * m : m, j : j + tw * m : m]
+        v = np.einsum("xi,yj,ntsijc->xyntsc", bt.astype(x.dtype), bt.astype(x.dtype), d)
+        return [np.ascontiguousarray(v.reshape(a, a, n * th * tw, c))]
+
+
+@_op("WinogradOutput", REDUCE, internal=True)
+class _WinogradOutput:
+    """M [a, a, N*TH*TW, K] -> Y [N, out_h, out_w, K]; attrs m, out_h, out_w."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        _float_only(node, types)
+        mm = _same(types[0])
+        m, _, oh, ow = _attrs(node)
+        th, tw = tiles(oh, ow, m)
+        if len(mm.shape) != 4 or mm.shape[0] != m + 2 or mm.shape[2] % (th * tw):
+            raise GraphError(f"WinogradOutput node {node.name!r}: input {mm.shape} does not fit m={m}")
+        return [TensorType((mm.shape[2] // (th * tw), oh, ow, mm.shape[3]), mm.dtype)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        mm = xs[0]
+        m, _, oh, ow = _attrs(node)
+        at, _, _ = matrices(m)
+        a, k = m + 2, mm.shape[3]
+        th, tw = tiles(oh, ow, m)
+        n = mm.shape[2] // (th * tw)
+        y = np.einsum("ux,vy,xyntsk->ntusvk", at.astype(mm.dtype), at.astype(mm.dtype),
+                      mm.reshape(a, a, n, th, tw, k))
+        y = y.reshape(n, th * m, tw * m, k)[:, :oh, :ow]
+        return [np.ascontiguousarray(y)]
+
+
+# --- tensor expressions --------------------------------------------------------------------------
+def _coeff(table: np.ndarray, row: Expr, col: int) -> Expr | None:
+    """``table[row, col]`` for a symbolic row, as literals chosen by ``select`` (None if the
+    column is all zero)."""
+    vals = [float(v) for v in table[:, col]]
+    if not any(vals):
+        return None
+    out: Expr = as_expr(vals[-1])
+    for r in range(len(vals) - 2, -1, -1):
+        out = T.select(row <= r, vals[r], out)
+    return out
+
+
+def _weighted(terms: Sequence[tuple[Expr | None, Expr]]) -> Expr:
+    out: Expr | None = None
+    for c, v in terms:
+        if c is None:
+            continue
+        out = c * v if out is None else out + c * v
+    assert out is not None
+    return out
+
+
+def _tile_index(p: Expr, n_batch: int, th: int, tw: int) -> tuple[Expr, Expr, Expr]:
+    """(n, tile row, tile column) of the flat tile index ``p``."""
+    per = th * tw
+    n = as_expr(0) if n_batch == 1 else p // per
+    t = p if n_batch == 1 else p % per
+    return n, t // tw, t % tw
+
+
+def input_transform(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
+    m, pad = int(attrs["m"]), int(attrs.get("pad", 1))
+    oh, ow = int(attrs["out_h"]), int(attrs["out_w"])
+    _, _, bt = matrices(m)
+    a = m + 2
+    n_batch, h, w, c = x.shape
+    th, tw = tiles(oh, ow, m)
+
+    def body(xi: Expr, nu: Expr, p: Expr, ch: Expr) -> Expr:
+        n, ty, tx = _tile_index(p, n_batch, th, tw)
+
+        def d(i: int, j: int) -> Expr:
+            y, xx = ty * m + (i - pad), tx * m + (j - pad)
+            return T.select(all_of(y >= 0, y < h, xx >= 0, xx < w), x[n, y, xx, ch], 0.0)
+
+        rows = [_weighted([(_coeff(bt, nu, j), d(i, j)) for j in range(a)]) for i in range(a)]
+        return _weighted([(_coeff(bt, xi, i), row) for i, row in enumerate(rows)])
+
+    return T.compute((a, a, n_batch * th * tw, c), body, name=name, tag="winograd_input")
+
+
+def output_transform(attrs: dict, mm: te.Tensor, name: str) -> te.Tensor:
+    m = int(attrs["m"])
+    oh, ow = int(attrs["out_h"]), int(attrs["out_w"])
+    at, _, _ = matrices(m)
+    a, k = m + 2, mm.shape[3]
+    th, tw = tiles(oh, ow, m)
+    n_batch = mm.shape[2] // (th * tw)
+
+    def body(n: Expr, y: Expr, xx: Expr, ch: Expr) -> Expr:
+        p = (n * th + y // m) * tw + xx // m
+        u, v = y % m, xx % m
+        rows = [
+            (_coeff(at, u, xi), _weighted([(_coeff(at, v, nu), mm[xi, nu, p, ch]) for nu in range(a)]))
+            for xi in range(a)
+        ]
+        return _weighted(rows)
+
+    return T.compute((n_batch, oh, ow, k), body, name=name, tag="winograd_output")
+
+
+# --- the graph pass ------------------------------------------------------------------------------
+def eligible(g: Graph, conv: Node) -> bool:
+    """An NHWC 3x3 convolution with stride 1, no dilation, one group, symmetric padding <= 2 and a
+    constant weight."""
+    if conv.op != "Conv" or conv.attrs.get("layout") != "NHWC" or conv.inputs[1] not in g.consts:
+        return False
+    p = conv_params(conv)
+    pads = list(conv.attrs.get("pads", [0, 0, 0, 0]))
+    w = g.consts[conv.inputs[1]]
+    return (
+        w.shape[:2] == (3, 3)
+        and p["stride"] == 1
+        and p["dilation"] == 1
+        and p["groups"] == 1
+        and len(set(pads)) == 1
+        and pads[0] <= 2
+        and list(conv.attrs.get("strides", [1, 1])) == [1, 1]
+    )
+
+
+SUFFIXES = ("/wg_in", "/wg_gemm", "/wg_out")  # node names of a rewritten conv: its name + these
+
+
+def use_winograd(graph: Graph, m: int, convs: Collection[str] | None = None) -> Graph:
+    """Rewrite the eligible convolutions (those named in ``convs``; all when None) into
+    WinogradInput -> MatMul -> WinogradOutput (+ bias), nodes named ``conv.name + SUFFIXES[i]``."""
+    from .passes import _add_const, _new_value, eliminate_dead_code, infer_types
+
+    matrices(m)  # validates m
+    g = graph.copy()
+    out: list[Node] = []
+    for conv in g.nodes:
+        if not eligible(g, conv) or (convs is not None and conv.name not in convs):
+            out.append(conv)
+            continue
+        x, wname = conv.inputs[0], conv.inputs[1]
+        bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        y = conv.outputs[0]
+        _, oh, ow, _ = g.types[y].shape
+        attrs = {"m": m, "pad": conv_params(conv)["pad"], "out_h": oh, "out_w": ow}
+        s_in, s_gemm, s_out = (conv.name + s for s in SUFFIXES)
+        u = _add_const(g, wname + f"_winograd{m}", transform_weight(g.consts[wname], m))
+        v = _new_value(g, s_in, TensorType((1,), "float32"))  # types are inferred below
+        mm = _new_value(g, s_gemm, TensorType((1,), "float32"))
+        out.append(Node("WinogradInput", [x], [v], dict(attrs), s_in))
+        out.append(Node("MatMul", [v, u], [mm], {}, s_gemm))
+        raw = y if bias is None else _new_value(g, s_out, TensorType((1,), "float32"))
+        out.append(Node("WinogradOutput", [mm], [raw], dict(attrs), s_out))
+        if bias is not None:
+            out.append(Node("Add", [raw, bias], [y], {}, g.fresh_name(conv.name + "/bias")))
+    g.nodes = out
+    return eliminate_dead_code(infer_types(g))

@@ -1,0 +1,132 @@
+"""Winograd F(m x m, 3 x 3) convolutions: the transform matrices, the graph rewrite, the
+per-convolution choice from the records DB, and compiled modules against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.graph import GraphError, compile_model, load_model, prepare
+from autotune.graph.interpreter import run_graph
+from autotune.graph.passes import optimize
+from autotune.graph.winograd import SUFFIXES, TILE_SIZES, matrices, transform_weight
+from autotune.ir.simplify import simplify
+from autotune.te.expr import FloatImm, Var
+from autotune.te.expr import binary as te_binary
+
+RESNET = "zoo:resnet18?image=32,width=8"
+
+
+@pytest.mark.parametrize("m", TILE_SIZES)
+def test_transform_matrices_compute_a_correlation(m: int) -> None:
+    at, g, bt = matrices(m)
+    rng = np.random.default_rng(m)
+    d, w = rng.standard_normal(m + 2), rng.standard_normal(3)
+    direct = np.array([d[i : i + 3] @ w for i in range(m)])
+    np.testing.assert_allclose(at @ ((g @ w) * (bt @ d)), direct, rtol=1e-12, atol=1e-12)
+    # and in 2-D, through the weight transform the graph pass uses (HWIO weight)
+    tile, w2 = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3, 1, 1))
+    u = transform_weight(w2, m)[:, :, 0, 0]
+    y = at @ (u * (bt @ tile @ bt.T)) @ at.T
+    k = w2[:, :, 0, 0]
+    ref = np.array([[np.sum(tile[i : i + 3, j : j + 3] * k) for j in range(m)] for i in range(m)])
+    np.testing.assert_allclose(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("m", TILE_SIZES)
+def test_rewritten_graph_computes_the_same_model(m: int) -> None:
+    g = load_model(RESNET)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 32, 32)).astype(np.float64)
+    direct = optimize(g, "NHWC")
+    wino = optimize(g, "NHWC", m)
+    ops = wino.op_counts()
+    # the stride-1 3x3 convs (2 per stage plus the second one of each later stage's first block)
+    assert ops["WinogradInput"] == ops["WinogradOutput"] == 13
+    assert ops["Conv"] == direct.op_counts()["Conv"] - 13  # stem, stride-2 and 1x1 convs stay
+    ref, out = run_graph(direct, {"data": x})[0], run_graph(wino, {"data": x})[0]
+    # float64 activations; the transformed weights are stored in float32 like the model's
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
+    g = load_model(RESNET)
+    every = prepare(g, "NHWC", winograd=2)
+    some = prepare(g, "NHWC", winograd=2, convs=every.winograd_convs[:2])
+    assert some.winograd_convs == every.winograd_convs[:2]
+    names = {n.name for n in some.graph.nodes}
+    assert {c + s for c in some.winograd_convs for s in SUFFIXES} <= names
+    assert not prepare(g, "NCHW", winograd=2).winograd_convs  # NHWC only
+    with pytest.raises(GraphError, match="tile size 3"):
+        prepare(g, "NHWC", winograd=3)
+
+
+def test_the_frontend_rejects_the_compilers_internal_operators() -> None:
+    from onnx import TensorProto, helper
+
+    from autotune.graph import UnsupportedModelError, from_onnx
+
+    node = helper.make_node("WinogradInput", ["x"], ["y"], name="w0", m=2, out_h=4, out_w=4)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(UnsupportedModelError, match="WinogradInput"):
+        from_onnx(helper.make_model(graph))
+
+
+def test_float_identities_fold_literal_coefficients() -> None:
+    x = Var("x", "float32")  # a float scalar stands in for a load
+    assert isinstance(simplify(te_binary("mul", x, FloatImm(0.0))), FloatImm)
+    assert simplify(te_binary("mul", FloatImm(1.0), x)) is x
+    assert simplify(te_binary("add", FloatImm(0.0), x)) is x
+    assert simplify(te_binary("sub", x, FloatImm(0.0))) is x
+
+
+def _record(db, task, target, cfg, seconds) -> None:  # noqa: ANN001
+    from autotune.search.tune import register
+    from records import MeasurementRecord
+    from schedules import make_space
+
+    space = make_space(task.workload, target)
+    register(db, task.workload, target)
+    steps = [st.to_dict() for st in space.steps(cfg)]
+    db.add_measurement(MeasurementRecord(task.key, target.key, cfg, steps, (seconds,), None, verified=True))
+
+
+@pytest.mark.parametrize("unroll", [1, 0])
+def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime(
+    unroll: int, tmp_path, tmp_path_factory  # noqa: ANN001
+) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from autotune.graph import zoo
+    from autotune.graph.compiler import choose_winograd
+    from autotune.target import cpu_target
+    from records import TuningDatabase
+    from schedules import make_space
+
+    target, g = cpu_target(), load_model(RESNET)
+    direct, every = prepare(g, "NHWC"), prepare(g, "NHWC", winograd=2)
+    rng = np.random.default_rng(5 + unroll)
+    # made-up times: Winograd faster for the first stage's convolutions (8x8 outputs) only
+    first_stage = {c for c in every.winograd_convs if every.graph.types[c + SUFFIXES[2]].shape[1] == 8}
+    wanted = {c + s for c in first_stage for s in SUFFIXES}
+    fast = {every.tasks[c.task].key for c in every.calls if any(n.name in wanted for n in c.group.nodes)}
+    with TuningDatabase(tmp_path / "w.db") as db:
+        for t in {t.key: t for p in (direct, every) for t in p.tasks}.values():
+            space = make_space(t.workload, target)
+            cfg = space.sample(rng)
+            if "unroll_coefficients" in cfg:
+                cfg["unroll_coefficients"] = unroll
+                assert space.is_valid(cfg)
+            _record(db, t, target, cfg, 1e-6 if t.key in fast else 1e-3)
+        chosen = choose_winograd(g, target, db, "NHWC", 2)
+        assert set(chosen.winograd_convs) == first_stage and first_stage
+        module = compile_model(g, target, db, winograd=2, verbose=False,
+                               cache_dir=str(tmp_path_factory.mktemp("modules")))
+    assert module.prepared.winograd_convs == chosen.winograd_convs
+    assert module.summary.tuned_tasks == module.summary.tasks
+    feeds = module.random_inputs(np.random.default_rng(3))
+    proto = zoo.make_model(RESNET).SerializeToString()
+    sess = ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
+    for o, r in zip(module.run(feeds), sess.run(None, feeds)):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
