@@ -51,10 +51,12 @@ def test_rewritten_graph_computes_the_same_model(m: int) -> None:
 def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
     g = load_model(RESNET)
     every = prepare(g, "NHWC", winograd=2)
-    some = prepare(g, "NHWC", winograd=2, convs=every.winograd_convs[:2])
-    assert some.winograd_convs == every.winograd_convs[:2]
+    a, b = list(every.winograd_convs)[:2]
+    some = prepare(g, "NHWC", winograd={a: 2, b: 4})
+    assert some.winograd_convs == {a: 2, b: 4}
     names = {n.name for n in some.graph.nodes}
-    assert {c + s for c in some.winograd_convs for s in SUFFIXES} <= names
+    assert {c + s for c in (a, b) for s in SUFFIXES} <= names
+    assert "2 convs" not in some.describe() and "1 conv as Winograd F(4x4,3x3)" in some.describe()
     assert not prepare(g, "NCHW", winograd=2).winograd_convs  # NHWC only
     with pytest.raises(GraphError, match="tile size 3"):
         prepare(g, "NHWC", winograd=3)
@@ -119,7 +121,7 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
                 cfg["unroll_coefficients"] = unroll
                 assert space.is_valid(cfg)
             _record(db, t, target, cfg, 1e-6 if t.key in fast else 1e-3)
-        chosen = choose_winograd(g, target, db, "NHWC", 2)
+        chosen = choose_winograd(g, target, db, "NHWC", [2])
         assert set(chosen.winograd_convs) == first_stage and first_stage
         module = compile_model(g, target, db, winograd=2, verbose=False,
                                cache_dir=str(tmp_path_factory.mktemp("modules")))

@@ -10,7 +10,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -50,13 +50,26 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     )
     p.add_argument(
         "--winograd",
-        type=int,
-        default=0,
-        choices=(0, *TILE_SIZES),
-        metavar="M",
-        help="stride-1 3x3 convolutions (NHWC) as Winograd F(MxM,3x3), M = 2 or 4: tune.py tunes both "
-        "forms, compile.py / bench.py take the faster per convolution; 0 = direct only (default 0)",
+        type=winograd_sizes,
+        default=(),
+        metavar="M[,M]",
+        help="stride-1 3x3 convolutions (NHWC) also as Winograd F(MxM,3x3), M = 2 and/or 4: tune.py "
+        "tunes every form, compile.py / bench.py take the fastest per convolution (default: direct "
+        "only)",
     )
+
+
+def winograd_sizes(text: str) -> tuple[int, ...]:
+    """``--winograd 2,4`` -> (2, 4); ``0`` or empty -> ()."""
+    try:
+        sizes = tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x and x != "0"}))
+    except ValueError:
+        sizes = (-1,)
+    if any(m not in TILE_SIZES for m in sizes):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: tile sizes are {' and '.join(map(str, TILE_SIZES))}, comma-separated (0: none)"
+        )
+    return sizes
 
 
 def add_rerank_arg(p: argparse.ArgumentParser) -> None:
@@ -113,12 +126,12 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
     return LoadedModel(spec, graph, proto, shapes)
 
 
-def prepare_layouts(model: LoadedModel, layout: str, winograd: int = 0) -> list[Prepared]:
+def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] = ()) -> list[Prepared]:
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
         out = [prepare(model.graph, lay) for lay in layouts]
-        # --winograd: tune both forms of each eligible convolution; compile takes the faster
-        every = [prepare(model.graph, lay, winograd=winograd) for lay in layouts if winograd]
+        # --winograd: tune every form of each eligible convolution; compile takes the fastest
+        every = [prepare(model.graph, lay, winograd=m) for lay in layouts for m in winograd]
         return out + [p for p in every if p.winograd_convs]
     except GraphError as err:
         raise UsageError(str(err)) from None
@@ -175,7 +188,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
 
 # --- compile ------------------------------------------------------------------------------------------
 def build_module(
-    model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1, winograd: int = 0
+    model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1, winograd: Sequence[int] = ()
 ) -> Any:
     if rerank < 1:
         raise UsageError(f"--rerank must be >= 1, got {rerank}")

@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
-from .winograd import SUFFIXES
+from .winograd import SUFFIXES, Plan
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
 
@@ -62,13 +62,13 @@ class Prepared:
     tasks: list[Task]
     calls: list[KernelCall]
     layout: str
-    winograd: int = 0
-    winograd_convs: tuple[str, ...] = ()  # the convolutions computed as F(m x m, 3 x 3)
+    winograd_convs: dict[str, int] = field(default_factory=dict)  # conv -> m: computed as F(m, 3)
 
     def describe(self) -> str:
         weights = sum(t.weight for t in self.tasks)
-        m, k = self.winograd, len(self.winograd_convs)
-        wg = f", {k} conv{'s' * (k != 1)} as Winograd F({m}x{m},3x3)" if k else ""
+        sizes = sorted(set(self.winograd_convs.values()))
+        counts = [sum(v == m for v in self.winograd_convs.values()) for m in sizes]
+        wg = "".join(f", {k} conv{'s' * (k != 1)} as Winograd F({m}x{m},3x3)" for m, k in zip(sizes, counts))
         return (
             f"{self.graph.name}: {len(self.graph.nodes)} nodes -> {len(self.groups)} fused kernels, "
             f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}{wg}"
@@ -79,19 +79,18 @@ def prepare(
     model: Any,
     layout: str = "NHWC",
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    winograd: int = 0,
-    convs: Collection[str] | None = None,
+    winograd: Plan = 0,
 ) -> Prepared:
-    """Import (unless given a Graph), run the passes, fuse and extract tasks; ``winograd`` m > 0
-    computes the stride-1 3x3 convolutions of an NHWC graph (those named in ``convs``; all when
-    None) as F(m x m, 3 x 3)."""
+    """Import (unless given a Graph), run the passes, fuse and extract tasks; ``winograd``: a tile
+    size m for every stride-1 3x3 convolution of an NHWC graph, or conv name -> m, computed as
+    F(m x m, 3 x 3)."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    graph = optimize(load_model(model, input_shapes), layout, winograd, convs)
+    graph = optimize(load_model(model, input_shapes), layout, winograd)
     groups = fuse(graph)
     tasks, calls = extract_tasks(groups, graph)
-    done = tuple(n.name[: -len(SUFFIXES[0])] for n in graph.nodes if n.op == "WinogradInput")
-    return Prepared(graph, groups, tasks, calls, layout, winograd if done else 0, done)
+    done = {n.name[: -len(SUFFIXES[0])]: int(n.attrs["m"]) for n in graph.nodes if n.op == "WinogradInput"}
+    return Prepared(graph, groups, tasks, calls, layout, done)
 
 
 def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -> dict[str, float]:
@@ -105,23 +104,30 @@ def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -
 
 
 def choose_winograd(
-    model: Any, target: Target, db: TuningDatabase | None, layout: str, m: int,
+    model: Any,
+    target: Target,
+    db: TuningDatabase | None,
+    layout: str,
+    sizes: Sequence[int],
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Prepared:
-    """The algorithm of each eligible convolution as a tunable: F(m x m, 3 x 3) where its three
-    kernels' best recorded times add up to less than the direct convolution's, else direct (so
-    direct wherever either form lacks records)."""
+    """The algorithm of each eligible convolution as a tunable: of direct and F(m x m, 3 x 3) for
+    each m in ``sizes``, the form whose kernels' best recorded times add up to the least (direct
+    wherever the others lack records)."""
     graph = load_model(model, input_shapes)
     direct = prepare(graph, layout)
-    if not m or layout != "NHWC":
+    if not sizes or layout != "NHWC":
         return direct
-    every = prepare(graph, layout, winograd=m)
-    d_cost, w_cost = _node_costs(direct, target, db), _node_costs(every, target, db)
-    chosen = [
-        c for c in every.winograd_convs
-        if sum(w_cost.get(c + s, math.inf) for s in SUFFIXES) < d_cost.get(c, math.inf)
-    ]
-    return prepare(graph, layout, winograd=m, convs=chosen)
+    d_cost = _node_costs(direct, target, db)
+    best = {n.name: (d_cost.get(n.name, math.inf), 0) for n in direct.graph.nodes if n.op == "Conv"}
+    for m in sizes:
+        every = prepare(graph, layout, winograd=m)
+        w_cost = _node_costs(every, target, db)
+        for c in every.winograd_convs:
+            cost = sum(w_cost.get(c + s, math.inf) for s in SUFFIXES)
+            if cost < best[c][0]:
+                best[c] = (cost, m)
+    return prepare(graph, layout, winograd={c: m for c, (_, m) in best.items() if m})
 
 
 def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:
@@ -142,7 +148,7 @@ def choose_layout(
     target: Target,
     db: TuningDatabase | None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    winograd: int = 0,
+    winograd: Sequence[int] = (),
 ) -> Prepared:
     """Layout as a tunable: the layout whose tasks are all tuned with the lowest estimated model
     latency (sum of weight x best latency); NHWC when neither is fully tuned."""
@@ -403,7 +409,7 @@ def compile_model(
     cache_dir: str | None = None,
     verbose: bool = True,
     rerank: int = 1,
-    winograd: int = 0,
+    winograd: int | Sequence[int] = (),
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -413,19 +419,21 @@ def compile_model(
     ``cache_dir``: where built objects and libraries are kept (default ~/.cache/autotune/modules).
     ``rerank`` k > 1 (CPU): each task takes the fastest of its k best records timed inside the
     module rather than its best isolated one (see ``_rerank``; a few seconds per variant).
-    ``winograd`` m > 0: each stride-1 3x3 convolution computed directly or as F(m x m, 3 x 3),
-    whichever ``db`` records as faster (``choose_winograd``; tune with the same m).
+    ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
+    F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_winograd``; tune with the
+    same sizes).
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
+    sizes = [winograd] if isinstance(winograd, int) and winograd else list(winograd or [])
     if layout not in LAYOUTS:
         raise GraphError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     if isinstance(model, Prepared):
         prepared = model
     elif layout == "auto":
-        prepared = choose_layout(model, target, db, input_shapes, winograd)
+        prepared = choose_layout(model, target, db, input_shapes, sizes)
     else:
-        prepared = choose_winograd(model, target, db, layout, winograd, input_shapes)
+        prepared = choose_winograd(model, target, db, layout, sizes, input_shapes)
     t1 = time.perf_counter()
     by_key: dict[str, KernelChoice] = {}
     choices: list[KernelChoice] = []

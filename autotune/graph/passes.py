@@ -16,13 +16,13 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Collection
+from typing import Callable
 
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, contiguous
 from .ops import ELEMWISE, FOLD, REWRITE, evaluate, op_def, transpose_perm
-from .winograd import use_winograd  # also registers the Winograd operators
+from .winograd import Plan, use_winograd  # also registers the Winograd operators
 
 Pass = Callable[[Graph], Graph]
 
@@ -486,11 +486,10 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
 
 # --- the pipeline -----------------------------------------------------------------------------------
 def optimize(
-    graph: Graph, layout: str = "NHWC", winograd: int = 0, convs: Collection[str] | None = None
+    graph: Graph, layout: str = "NHWC", winograd: Plan = 0
 ) -> Graph:
-    """The compiler's pass pipeline, in order; ``winograd`` m > 0 computes the eligible 3x3
-    convolutions (those named in ``convs``; all when None) as F(m x m, 3 x 3)
-    (autotune.graph.winograd)."""
+    """The compiler's pass pipeline, in order; ``winograd`` (a tile size m for every eligible 3x3
+    convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd)."""
     g = fold_constants(graph)
     g = remove_identities(g)
     g = canonicalize_gemm(g)
@@ -501,7 +500,7 @@ def optimize(
     g = simplify_transposes(g)
     g = fold_constants(g)
     if winograd:
-        g = use_winograd(g, winograd, convs)
+        g = use_winograd(g, winograd)
     for n in g.nodes:
         if op_def(n.op).kind in (FOLD, REWRITE):
             raise GraphError(f"{n.op} node {n.name!r} has non-constant inputs the compiler cannot handle")

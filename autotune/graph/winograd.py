@@ -22,7 +22,7 @@ so no table is read at run time.
 from __future__ import annotations
 
 import math
-from typing import Collection, Sequence
+from typing import Mapping, Sequence, Union
 
 import numpy as np
 
@@ -244,16 +244,22 @@ def eligible(g: Graph, conv: Node) -> bool:
 SUFFIXES = ("/wg_in", "/wg_gemm", "/wg_out")  # node names of a rewritten conv: its name + these
 
 
-def use_winograd(graph: Graph, m: int, convs: Collection[str] | None = None) -> Graph:
-    """Rewrite the eligible convolutions (those named in ``convs``; all when None) into
-    WinogradInput -> MatMul -> WinogradOutput (+ bias), nodes named ``conv.name + SUFFIXES[i]``."""
+Plan = Union[int, Mapping[str, int]]  # m for every eligible convolution, or conv name -> m
+
+
+def use_winograd(graph: Graph, plan: Plan) -> Graph:
+    """Rewrite eligible convolutions into WinogradInput -> MatMul -> WinogradOutput (+ bias), nodes
+    named ``conv.name + SUFFIXES[i]``: every one with tile size ``plan`` (an int), or those named in
+    ``plan`` (a mapping) with theirs."""
     from .passes import _add_const, _new_value, eliminate_dead_code, infer_types
 
-    matrices(m)  # validates m
+    for m in [plan] if isinstance(plan, int) else plan.values():
+        matrices(m)  # validates m
     g = graph.copy()
     out: list[Node] = []
     for conv in g.nodes:
-        if not eligible(g, conv) or (convs is not None and conv.name not in convs):
+        m = plan if isinstance(plan, int) else plan.get(conv.name, 0)
+        if not m or not eligible(g, conv):
             out.append(conv)
             continue
         x, wname = conv.inputs[0], conv.inputs[1]
