@@ -132,3 +132,16 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
     sess = ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
     for o, r in zip(module.run(feeds), sess.run(None, feeds)):
         np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+
+
+def test_the_winograd_option_takes_tile_sizes_and_defaults_per_target() -> None:
+    import argparse
+
+    from autotune.graph.cli import winograd_sizes
+    from autotune.graph.winograd import default_sizes
+
+    assert winograd_sizes("4,2") == (2, 4) and winograd_sizes("0") == () and winograd_sizes("2") == (2,)
+    for bad in ("3", "2,x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="tile sizes are 2 and 4"):
+            winograd_sizes(bad)
+    assert default_sizes("cpu") == (2, 4) and default_sizes("cuda") == () and default_sizes("cpu", ()) == ()

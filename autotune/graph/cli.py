@@ -15,10 +15,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..cli.common import UsageError, measure_tools, open_db, resolve_target
-from .compiler import LAYOUTS, Prepared, compile_model, prepare
+from .compiler import (
+    LAYOUTS,
+    Prepared,
+    choose_layout,
+    choose_winograd,
+    compile_model,
+    estimated_latency,
+    prepare,
+)
 from .frontend import from_onnx
 from .ir import Graph, GraphError
-from .winograd import TILE_SIZES
+from .winograd import TILE_SIZES, default_sizes
 
 DEFAULT_MODEL_TRIALS = 200
 QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
@@ -51,11 +59,11 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     p.add_argument(
         "--winograd",
         type=winograd_sizes,
-        default=(),
+        default=None,
         metavar="M[,M]",
         help="stride-1 3x3 convolutions (NHWC) also as Winograd F(MxM,3x3), M = 2 and/or 4: tune.py "
-        "tunes every form, compile.py / bench.py take the fastest per convolution (default: direct "
-        "only)",
+        "tunes every form, compile.py / bench.py take the fastest per convolution; 0 = direct only "
+        "(default: 2,4 on the CPU, 0 on CUDA)",
     )
 
 
@@ -126,7 +134,7 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
     return LoadedModel(spec, graph, proto, shapes)
 
 
-def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] = ()) -> list[Prepared]:
+def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] | None = ()) -> list[Prepared]:
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
         out = [prepare(model.graph, lay) for lay in layouts]
@@ -152,7 +160,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     if trials < 0 or args.batch_size < 1:
         raise UsageError("--trials must be >= 0 and --batch-size >= 1")
     model = load(args.model, args.input_shape)
-    prepared = prepare_layouts(model, args.layout, args.winograd)
+    prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
     target = resolve_target(args.target)
     print(prepared[0].describe(), flush=True)
     db = open_db(args.db)
@@ -170,6 +178,8 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     try:
         with builder, runner:
             summary = tune_model(prepared, target, db, trials, options, builder, runner)
+        if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile would take
+            summary.estimated_s = estimated_latency(chosen_form(model, target, db, args).tasks, target, db)
     finally:
         db.close()
     est = summary.estimated_s
@@ -186,9 +196,22 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     return 0
 
 
+def chosen_form(model: LoadedModel, target: Any, db: Any, args: argparse.Namespace) -> Prepared:
+    """The preparation compile.py would take from ``db`` (layout and convolution forms)."""
+    sizes = default_sizes(target.kind, args.winograd)
+    if args.layout == "auto":
+        return choose_layout(model.graph, target, db, winograd=sizes)
+    return choose_winograd(model.graph, target, db, args.layout, sizes)
+
+
 # --- compile ------------------------------------------------------------------------------------------
 def build_module(
-    model: LoadedModel, target: Any, db: Any, layout: str, rerank: int = 1, winograd: Sequence[int] = ()
+    model: LoadedModel,
+    target: Any,
+    db: Any,
+    layout: str,
+    rerank: int = 1,
+    winograd: Sequence[int] | None = None,
 ) -> Any:
     if rerank < 1:
         raise UsageError(f"--rerank must be >= 1, got {rerank}")

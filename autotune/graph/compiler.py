@@ -33,7 +33,7 @@ from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
-from .winograd import SUFFIXES, Plan
+from .winograd import SUFFIXES, Plan, default_sizes
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
 
@@ -409,7 +409,7 @@ def compile_model(
     cache_dir: str | None = None,
     verbose: bool = True,
     rerank: int = 1,
-    winograd: int | Sequence[int] = (),
+    winograd: int | Sequence[int] | None = None,
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -421,11 +421,13 @@ def compile_model(
     module rather than its best isolated one (see ``_rerank``; a few seconds per variant).
     ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
     F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_winograd``; tune with the
-    same sizes).
+    same sizes); None: the target kind's default (``winograd.DEFAULT_SIZES``), 0 or (): direct.
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
-    sizes = [winograd] if isinstance(winograd, int) and winograd else list(winograd or [])
+    if isinstance(winograd, int):
+        winograd = [winograd] if winograd else []
+    sizes = default_sizes(target.kind, winograd)
     if layout not in LAYOUTS:
         raise GraphError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     if isinstance(model, Prepared):
