@@ -125,7 +125,8 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
         assert set(chosen.winograd_convs) == first_stage and first_stage
         module = compile_model(g, target, db, winograd=2, verbose=False,
                                cache_dir=str(tmp_path_factory.mktemp("modules")))
-    assert module.prepared.winograd_convs == chosen.winograd_convs
+    assert module.prepared.winograd_convs == chosen.winograd_convs == module.summary.winograd
+    assert f"Winograd convolutions: {len(first_stage)} F(2x2,3x3)" in module.summary.line()
     assert module.summary.tuned_tasks == module.summary.tasks
     feeds = module.random_inputs(np.random.default_rng(3))
     proto = zoo.make_model(RESNET).SerializeToString()

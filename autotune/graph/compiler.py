@@ -238,14 +238,18 @@ class CompileSummary:
     estimated_s: float | None
     seconds: dict = field(default_factory=dict)
     reranked: list[str] = field(default_factory=list)  # tasks whose in-module timing picked a runner-up
+    winograd: dict[str, int] = field(default_factory=dict)  # conv -> m of the Winograd convolutions
 
     def line(self) -> str:
         fb = f"; default schedule for: {', '.join(self.fallback)}" if self.fallback else ""
+        sizes = sorted(set(self.winograd.values()))
+        wg = ", ".join(f"{sum(v == m for v in self.winograd.values())} F({m}x{m},3x3)" for m in sizes)
         return (
             f"{self.model}: {self.tuned_calls}/{self.calls} fused subgraphs use tuned schedules "
             f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
             f"arena {self.arena_bytes / 2**20:.2f} MiB vs {self.naive_bytes / 2**20:.2f} MiB unshared"
             + (f"; {len(self.reranked)} took a runner-up, faster in the module" if self.reranked else "")
+            + (f"; Winograd convolutions: {wg}" if wg else "")
         )
 
     def to_json(self) -> dict:
@@ -262,6 +266,7 @@ class CompileSummary:
             "estimated_s": self.estimated_s,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "reranked": self.reranked,
+            "winograd": self.winograd,
         }
 
 
@@ -467,6 +472,7 @@ def compile_model(
         estimated_s=est,
         seconds={"passes": t1 - t0, "schedules": t2 - t1, "build": t3 - t2},
         reranked=reranked,
+        winograd=dict(prepared.winograd_convs),
     )
     if verbose:
         print(summary.line(), file=sys.stderr, flush=True)

@@ -28,7 +28,7 @@ class ModelTuner:
                  eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
-                 features: str = "both", model_options: dict | None = None) -> None:
+                 features: str = "both", model_options: dict | None = None, first: str = "random") -> None:
         from cost_model import make_model
 
         self.space = space
@@ -58,6 +58,9 @@ class ModelTuner:
         self._norms: tuple[tuple[float, float], tuple[float, float]] | None = None
         self.transfer = wants_transfer and context is not None
         self.prior: Any = None  # the transfer prior of knob features (trained on first use)
+        if first not in ("random", "diverse"):
+            raise ValueError(f"first must be 'random' or 'diverse', not {first!r}")
+        self.first = first  # the batches before a model exists: random, or spread over the knobs
         self.eps, self.chains, self.sa_steps, self.diversity = eps, chains, sa_steps, diversity
         self.local, self.elite = local, elite
         self.rank_temp = rank_temp  # > 0: sample picks by rank (weight exp(-rank / (rank_temp * n)))
@@ -213,6 +216,30 @@ class ModelTuner:
             out.append(cfg)
         return out
 
+    def _diverse_unseen(self, n: int, taken: set[str], pool: int = 16) -> list[Config]:
+        """``n`` unseen configs spread over the knob encoding: from ``pool * n`` random ones, each
+        pick the farthest (Euclidean) from those already picked or measured."""
+        cands = self._random_unseen(pool * n, set(taken))
+        if len(cands) <= n:
+            taken.update(config_key(c) for c in cands)
+            return cands
+        x = np.stack([self.space.encode(c) for c in cands])
+        span = x.max(axis=0) - x.min(axis=0)
+        x = x / np.where(span > 0, span, 1.0)
+        near = np.full(len(cands), np.inf)
+        for c, _ in self.measured:
+            v = self.space.encode(c) / np.where(span > 0, span, 1.0)
+            near = np.minimum(near, np.linalg.norm(x - v, axis=1))
+        out: list[Config] = []
+        i = int(self.rng.integers(len(cands))) if not np.isfinite(near).any() else int(np.argmax(near))
+        while len(out) < n:
+            out.append(cands[i])
+            taken.add(config_key(cands[i]))
+            near = np.minimum(near, np.linalg.norm(x - x[i], axis=1))
+            near[i] = -np.inf
+            i = int(np.argmax(near))
+        return out
+
     def _neighbour(self, cfg: Config) -> Config:
         """A random valid config one knob away (falls back to the space's full neighbour list)."""
         knobs = self.space.knobs
@@ -330,6 +357,8 @@ class ModelTuner:
                         continue
                     taken.add(k)
                     picked.append(c)
+        if not self.trained and self.first == "diverse":
+            picked += self._diverse_unseen(n - len(picked), taken)
         picked += self._random_unseen(n - len(picked), taken)
         if len(picked) < n and self.space.raw_size <= 200_000:
             # rejection sampling keeps missing: the space is nearly used up, so walk it
