@@ -146,3 +146,37 @@ def test_the_winograd_option_takes_tile_sizes_and_defaults_per_target() -> None:
         with pytest.raises(argparse.ArgumentTypeError, match="tile sizes are 2 and 4"):
             winograd_sizes(bad)
     assert default_sizes("cpu") == (2, 4) and default_sizes("cuda") == () and default_sizes("cpu", ()) == ()
+
+
+def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones(tmp_path, capsys) -> None:  # noqa: ANN001
+    import json
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from autotune.cli import tune
+    from autotune.graph.compiler import choose_winograd, estimated_latency
+    from autotune.target import cpu_target
+    from records import TuningDatabase
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.uniform(-0.3, 0.3, (8, 8, 3, 3)).astype(np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv")
+    relu = helper.make_node("Relu", ["c"], ["y"], name="relu")
+    graph = helper.make_graph(
+        [conv, relu], "one_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w],
+    )
+    path, db = tmp_path / "c.onnx", tmp_path / "t.db"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    # direct: transpose in + conv + transpose out; each Winograd form: in, GEMM, out (transposes shared)
+    assert tune.main(["--model", str(path), "--db", str(db), "--trials", "48", "--batch-size", "4",
+                      "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    labels = [t["workload"] for t in out["tasks"]]
+    assert sum(x.startswith("winograd_in") for x in labels) == 2 and any("conv2d" in x for x in labels)
+    assert all(t["trials"] >= 1 for t in out["tasks"])  # warm-up: every task of every form measured
+    with TuningDatabase(db, create=False) as d:
+        chosen = choose_winograd(str(path), cpu_target(), d, "NHWC", (2, 4))
+        want = estimated_latency(chosen.tasks, cpu_target(), d)
+    every = sum(t["weighted_s"] for t in out["tasks"])
+    assert out["estimated_latency_s"] == pytest.approx(want) and want < every
