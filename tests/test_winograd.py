@@ -173,7 +173,7 @@ def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones
                       "--json", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     labels = [t["workload"] for t in out["tasks"]]
-    assert sum(x.startswith("winograd_in") for x in labels) == 2 and any("conv2d" in x for x in labels)
+    assert sum("winograd_in" in x for x in labels) == 2 and any("conv2d" in x for x in labels)
     assert all(t["trials"] >= 1 for t in out["tasks"])  # warm-up: every task of every form measured
     with TuningDatabase(db, create=False) as d:
         chosen = choose_winograd(str(path), cpu_target(), d, "NHWC", (2, 4))
