@@ -56,7 +56,7 @@ def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
     assert some.winograd_convs == {a: 2, b: 4}
     names = {n.name for n in some.graph.nodes}
     assert {c + s for c in (a, b) for s in SUFFIXES} <= names
-    assert "2 convs" not in some.describe() and "1 conv as Winograd F(4x4,3x3)" in some.describe()
+    assert "Winograd: 1 conv as F(2x2,3x3), 1 conv as F(4x4,3x3)" in some.describe()
     assert not prepare(g, "NCHW", winograd=2).winograd_convs  # NHWC only
     with pytest.raises(GraphError, match="tile size 3"):
         prepare(g, "NHWC", winograd=3)
@@ -126,7 +126,7 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
         module = compile_model(g, target, db, winograd=2, verbose=False,
                                cache_dir=str(tmp_path_factory.mktemp("modules")))
     assert module.prepared.winograd_convs == chosen.winograd_convs == module.summary.winograd
-    assert f"Winograd convolutions: {len(first_stage)} F(2x2,3x3)" in module.summary.line()
+    assert f"Winograd: {len(first_stage)} convs as F(2x2,3x3)" in module.summary.line()
     assert module.summary.tuned_tasks == module.summary.tasks
     feeds = module.random_inputs(np.random.default_rng(3))
     proto = zoo.make_model(RESNET).SerializeToString()

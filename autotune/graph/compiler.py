@@ -33,7 +33,7 @@ from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
-from .winograd import SUFFIXES, Plan, default_sizes
+from .winograd import SUFFIXES, Plan, default_sizes, describe_forms
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
 
@@ -66,9 +66,7 @@ class Prepared:
 
     def describe(self) -> str:
         weights = sum(t.weight for t in self.tasks)
-        sizes = sorted(set(self.winograd_convs.values()))
-        counts = [sum(v == m for v in self.winograd_convs.values()) for m in sizes]
-        wg = "".join(f", {k} conv{'s' * (k != 1)} as Winograd F({m}x{m},3x3)" for m, k in zip(sizes, counts))
+        wg = f", Winograd: {describe_forms(self.winograd_convs)}" if self.winograd_convs else ""
         return (
             f"{self.graph.name}: {len(self.graph.nodes)} nodes -> {len(self.groups)} fused kernels, "
             f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}{wg}"
@@ -242,14 +240,13 @@ class CompileSummary:
 
     def line(self) -> str:
         fb = f"; default schedule for: {', '.join(self.fallback)}" if self.fallback else ""
-        sizes = sorted(set(self.winograd.values()))
-        wg = ", ".join(f"{sum(v == m for v in self.winograd.values())} F({m}x{m},3x3)" for m in sizes)
+        wg = describe_forms(self.winograd)
         return (
             f"{self.model}: {self.tuned_calls}/{self.calls} fused subgraphs use tuned schedules "
             f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
             f"arena {self.arena_bytes / 2**20:.2f} MiB vs {self.naive_bytes / 2**20:.2f} MiB unshared"
             + (f"; {len(self.reranked)} took a runner-up, faster in the module" if self.reranked else "")
-            + (f"; Winograd convolutions: {wg}" if wg else "")
+            + (f"; Winograd: {wg}" if wg else "")
         )
 
     def to_json(self) -> dict:

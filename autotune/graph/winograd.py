@@ -88,6 +88,12 @@ def transform_weight(w: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(u.astype(w.dtype))
 
 
+def describe_forms(convs: Mapping[str, int]) -> str:
+    """``"6 convs as F(2x2,3x3), 7 convs as F(4x4,3x3)"`` of a conv -> m plan ("" if empty)."""
+    counts = {m: sum(v == m for v in convs.values()) for m in sorted(set(convs.values()))}
+    return ", ".join(f"{k} conv{'s' * (k != 1)} as F({m}x{m},3x3)" for m, k in counts.items())
+
+
 def tiles(out_h: int, out_w: int, m: int) -> tuple[int, int]:
     return math.ceil(out_h / m), math.ceil(out_w / m)
 
