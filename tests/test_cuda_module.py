@@ -78,16 +78,21 @@ def test_cuda_module_matches_onnxruntime(spec: str, tmp_path: Path) -> None:
     assert len(costs) == 3 and all(c > 0 for c in costs)
 
 
-@pytest.mark.parametrize("spec", [MLP, "zoo:resnet18?image=32,width=8", BERT], ids=["mlp", "resnet", "bert"])
-def test_every_task_of_a_model_computes_right_on_the_gpu_path(spec: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spec,winograd",
+    [(MLP, 0), ("zoo:resnet18?image=32,width=8", 0), (BERT, 0), ("zoo:resnet18?image=32,width=8", 4)],
+    ids=["mlp", "resnet", "bert", "resnet_winograd4"],
+)
+def test_every_task_of_a_model_computes_right_on_the_gpu_path(spec: str, winograd: int, tmp_path: Path) -> None:  # noqa: E501
     """The kernels a CUDA module would launch (each task's default GPU schedule), run through the
-    OpenMP emulation of the GPU lowering and checked against the task's float64 reference."""
+    OpenMP emulation of the GPU lowering and checked against the task's float64 reference (with
+    Winograd: the transform kernels and their batched GEMMs too)."""
     from autotune.measure import Builder, BuildOptions, CpuRunner, RunOptions
     from autotune.program import build_cuda_emulation
     from autotune.search.measure_batch import tolerances
 
     target = offline_cuda_target("sm_90")
-    prepared = prepare(spec)
+    prepared = prepare(spec, winograd=winograd)
     rng = np.random.default_rng(2)
     with Builder(BuildOptions(cache_dir=tmp_path)) as builder, CpuRunner() as runner:
         for task in prepared.tasks:

@@ -145,7 +145,7 @@ def test_the_winograd_option_takes_tile_sizes_and_defaults_per_target() -> None:
     for bad in ("3", "2,x"):
         with pytest.raises(argparse.ArgumentTypeError, match="tile sizes are 2 and 4"):
             winograd_sizes(bad)
-    assert default_sizes("cpu") == (2, 4) and default_sizes("cuda") == () and default_sizes("cpu", ()) == ()
+    assert default_sizes("cpu") == default_sizes("cuda") == (2, 4) and default_sizes("cpu", ()) == ()
 
 
 def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones(tmp_path, capsys) -> None:  # noqa: ANN001
