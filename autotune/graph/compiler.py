@@ -427,8 +427,6 @@ def compile_model(
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
-    if isinstance(winograd, int):
-        winograd = [winograd] if winograd else []
     sizes = default_sizes(target.kind, winograd)
     if layout not in LAYOUTS:
         raise GraphError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")

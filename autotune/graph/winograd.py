@@ -40,9 +40,14 @@ TILE_SIZES = (2, 4)  # m: outputs per tile side
 DEFAULT_SIZES = {"cpu": (2, 4), "cuda": (2, 4)}
 
 
-def default_sizes(kind: str, sizes: Sequence[int] | None = None) -> tuple[int, ...]:
-    """``sizes``, or the target kind's default when None."""
-    return tuple(DEFAULT_SIZES.get(kind, ())) if sizes is None else tuple(sizes)
+def default_sizes(kind: str, sizes: int | Sequence[int] | None = None) -> tuple[int, ...]:
+    """``sizes`` as a tuple (one tile size m, 0 for none, or several), or the target kind's default
+    when None."""
+    if sizes is None:
+        return tuple(DEFAULT_SIZES.get(kind, ()))
+    if isinstance(sizes, int):
+        return (sizes,) if sizes else ()
+    return tuple(sizes)
 
 # Transform matrices (the standard choices of interpolation points: 0, +-1 for m=2; 0, +-1, +-2
 # for m=4; each plus the point at infinity).
@@ -100,9 +105,10 @@ def tiles(out_h: int, out_w: int, m: int) -> tuple[int, int]:
 
 
 # --- graph operators -----------------------------------------------------------------------------
-def _attrs(node: Node) -> tuple[int, int, int, int]:
-    a = node.attrs
-    return int(a["m"]), int(a.get("pad", 1)), int(a["out_h"]), int(a["out_w"])
+def _geometry(attrs: dict) -> tuple[int, int, int, int, int, int]:
+    """(m, pad, out_h, out_w, tile rows, tile columns) of a transform operator's attributes."""
+    m, oh, ow = int(attrs["m"]), int(attrs["out_h"]), int(attrs["out_w"])
+    return (m, int(attrs.get("pad", 1)), oh, ow, *tiles(oh, ow, m))
 
 
 @_op("WinogradInput", REDUCE, internal=True)
@@ -113,18 +119,16 @@ class _WinogradInput:
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         _float_only(node, types)
         x = _same(types[0])
-        m, _, oh, ow = _attrs(node)
-        th, tw = tiles(oh, ow, m)
+        m, _, _, _, th, tw = _geometry(node.attrs)
         return [TensorType((m + 2, m + 2, x.shape[0] * th * tw, x.shape[3]), x.dtype)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        m, pad, oh, ow = _attrs(node)
+        m, pad, _, _, th, tw = _geometry(node.attrs)
         _, _, bt = matrices(m)
         a = m + 2
         n, h, w, c = x.shape
-        th, tw = tiles(oh, ow, m)
         xp = np.zeros((n, th * m + 2, tw * m + 2, c), dtype=x.dtype)
         hh, ww = min(h, th * m + 2 - pad), min(w, tw * m + 2 - pad)
         xp[:, pad : pad + hh, pad : pad + ww] = x[:, :hh, :ww]
@@ -144,8 +148,7 @@ class _WinogradOutput:
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         _float_only(node, types)
         mm = _same(types[0])
-        m, _, oh, ow = _attrs(node)
-        th, tw = tiles(oh, ow, m)
+        m, _, oh, ow, th, tw = _geometry(node.attrs)
         if len(mm.shape) != 4 or mm.shape[0] != m + 2 or mm.shape[2] % (th * tw):
             raise GraphError(f"WinogradOutput node {node.name!r}: input {mm.shape} does not fit m={m}")
         return [TensorType((mm.shape[2] // (th * tw), oh, ow, mm.shape[3]), mm.dtype)]
@@ -153,10 +156,9 @@ class _WinogradOutput:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         mm = xs[0]
-        m, _, oh, ow = _attrs(node)
+        m, _, oh, ow, th, tw = _geometry(node.attrs)
         at, _, _ = matrices(m)
         a, k = m + 2, mm.shape[3]
-        th, tw = tiles(oh, ow, m)
         n = mm.shape[2] // (th * tw)
         y = np.einsum("ux,vy,xyntsk->ntusvk", at.astype(mm.dtype), at.astype(mm.dtype),
                       mm.reshape(a, a, n, th, tw, k))
@@ -196,12 +198,10 @@ def _tile_index(p: Expr, n_batch: int, th: int, tw: int) -> tuple[Expr, Expr, Ex
 
 
 def input_transform(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
-    m, pad = int(attrs["m"]), int(attrs.get("pad", 1))
-    oh, ow = int(attrs["out_h"]), int(attrs["out_w"])
+    m, pad, _, _, th, tw = _geometry(attrs)
     _, _, bt = matrices(m)
     a = m + 2
     n_batch, h, w, c = x.shape
-    th, tw = tiles(oh, ow, m)
 
     def body(xi: Expr, nu: Expr, p: Expr, ch: Expr) -> Expr:
         n, ty, tx = _tile_index(p, n_batch, th, tw)
@@ -217,11 +217,9 @@ def input_transform(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
 
 
 def output_transform(attrs: dict, mm: te.Tensor, name: str) -> te.Tensor:
-    m = int(attrs["m"])
-    oh, ow = int(attrs["out_h"]), int(attrs["out_w"])
+    m, _, oh, ow, th, tw = _geometry(attrs)
     at, _, _ = matrices(m)
     a, k = m + 2, mm.shape[3]
-    th, tw = tiles(oh, ow, m)
     n_batch = mm.shape[2] // (th * tw)
 
     def body(n: Expr, y: Expr, xx: Expr, ch: Expr) -> Expr:
