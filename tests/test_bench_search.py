@@ -1,6 +1,6 @@
-"""scripts/bench_search.py in replay mode: runs spread over worker processes give the same results
+"""scripts/bench_search.py. Replay mode: runs spread over worker processes give the same results
 as one process, more workloads can join the transfer pool, and a workload the replay set lacks is
-refused by name."""
+refused by name. Real mode: each strategy's fastest configs are measured again, interleaved."""
 
 from __future__ import annotations
 
@@ -48,3 +48,20 @@ def test_transfer_extra_adds_the_other_workloads_of_a_records_file(tmp_path: Pat
     assert not any(label.startswith("dense_bias_relu") for label in doc["transfer_extra"])
     assert {r["strategy"] for r in doc["runs"]} == {"xgb+transfer"}
     assert all(r["trials_to_target"] is not None for r in doc["runs"])
+
+
+def test_real_mode_re_measures_each_strategys_finalists(tmp_path: Path) -> None:
+    out = tmp_path / "real.json"
+    cmd = [sys.executable, SCRIPT, "--real", "--shape", "24,40,32", "--strategies", "random,xgb",
+           "--trials", "6", "--random-trials", "8", "--remeasure", "2", "--finalists", "2",
+           "--db-dir", str(tmp_path / "dbs"), "--png", str(tmp_path / "real.png"), "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    results = json.loads(out.read_text())["results"]
+    assert results["random"]["trials"] == 8 and results["xgb"]["trials"] == 6
+    for name in ("random", "xgb"):
+        rows = results[name]["remeasured"]
+        assert len(rows) == 2 and all(len(row["rounds_gflops"]) == 2 for row in rows)
+        assert all(g > 0 for row in rows for g in row["rounds_gflops"]), "every finalist runs again"
+        assert results[name]["remeasured_best_gflops"] == max(row["gflops"] for row in rows)
+    assert "finalists re-measured 2x interleaved" in r.stdout
