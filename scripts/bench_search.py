@@ -208,7 +208,7 @@ def run_replay(args: argparse.Namespace) -> dict:
             pool.close()
             pool.join()
         _RUN_CONTEXT = None
-    summary = summarize(runs, tasks, strategies)
+    summary = summarize(runs, tasks, strategies, args.fraction)
     curves = {}
     for name in strategies:
         per = [best_so_far([c if c is not None else math.inf for c in r["costs"]],
@@ -247,12 +247,33 @@ def _one_run(item: tuple) -> dict:
             "seconds": round(time.perf_counter() - start, 2)}
 
 
-def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str]) -> dict:
-    print("\nmedian trials to reach 95% of the best (unreached runs count as space size + 1)")
+def random_search_cdf(size: int, good: int, t: int) -> float:
+    """P(uniform sampling without replacement from ``size`` configs, ``good`` of them on target,
+    hits one within ``t`` trials)."""
+    miss = 1.0
+    for i in range(min(t, size)):
+        miss *= max(0, size - good - i) / (size - i)
+    return 1.0 - miss
+
+
+def random_search_median(spaces: list[tuple[int, int]]) -> int:
+    """The exact median trials-to-target of random search pooled over equally weighted spaces
+    ((size, good) each): the value that sampled random runs estimate, free of their luck."""
+    top = max(size for size, _ in spaces)
+    return next(t for t in range(1, top + 1)
+                if statistics.fmean(random_search_cdf(n, k, t) for n, k in spaces) >= 0.5)
+
+
+def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
+              fraction: float = 0.95) -> dict:
+    print(f"\nmedian trials to reach {fraction:.0%} of the best (unreached runs count as space size + 1; "
+          "'exact': random search's median computed from the space)")
     labels = [t.label for t in tasks]
     sizes = {t.label: len(t.records) for t in tasks}
+    good = {t.label: sum(1 for r in t.records.values() if r.mean_s > 0 and t.best_s / r.mean_s >= fraction)
+            for t in tasks}
     width = max(len(x) for x in labels + ["overall"])
-    print(" " * width + "".join(f"{s:>14s}" for s in strategies))
+    print(" " * width + "".join(f"{s:>14s}" for s in strategies) + f"{'exact':>14s}")
     table: dict[str, dict[str, float]] = {}
     for label in labels + ["overall"]:
         row = {}
@@ -260,10 +281,16 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str]) 
             hits = [r["trials_to_target"] or sizes[r["workload"]] + 1 for r in runs
                     if r["strategy"] == s and label in ("overall", r["workload"])]
             row[s] = statistics.median(hits) if hits else math.nan
+        spaces = [(sizes[w], good[w]) for w in labels if label in ("overall", w) and good[w]]
+        exact = row["random_exact"] = random_search_median(spaces) if spaces else math.nan
         table[label] = row
-        print(f"{label:{width}s}" + "".join(f"{row[s]:14.1f}" for s in strategies))
+        print(f"{label:{width}s}" + "".join(f"{row[s]:14.1f}" for s in strategies) + f"{exact:14.1f}")
     base = table["overall"].get("random")
     ratios = {}
+    exact = table["overall"]["random_exact"]
+    for s in strategies:
+        if s != "random":
+            print(f"{s}: {table['overall'][s] / exact:.2f} x random search's exact median trials (overall)")
     if base:
         for s in strategies:
             if s != "random":

@@ -65,3 +65,25 @@ def test_real_mode_re_measures_each_strategys_finalists(tmp_path: Path) -> None:
         assert all(g > 0 for row in rows for g in row["rounds_gflops"]), "every finalist runs again"
         assert results[name]["remeasured_best_gflops"] == max(row["gflops"] for row in rows)
     assert "finalists re-measured 2x interleaved" in r.stdout
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_search", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_random_search_median_is_exact() -> None:
+    import numpy as np
+
+    bs = _bench_module()
+    assert bs.random_search_median([(10, 1)]) == 5  # P(hit within t) = t / 10
+    assert bs.random_search_median([(7, 7)]) == 1
+    assert bs.random_search_median([(10, 1), (2, 2)]) == 1  # (0.1 + 1) / 2 >= 0.5 at t = 1
+    # against sampled runs: uniform orders of a space of 300 configs, 4 of them good
+    rng = np.random.default_rng(0)
+    hits = [int(np.flatnonzero(rng.permutation(300) < 4)[0]) + 1 for _ in range(20_000)]
+    assert abs(np.median(hits) - bs.random_search_median([(300, 4)])) <= 2
