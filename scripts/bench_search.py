@@ -431,7 +431,9 @@ def remeasure(wl: Any, target: Any, builder: Any, runner: Any, finalists: dict[s
     """Measure every strategy's finalist configs again, ``rounds`` times in a shuffled interleaved
     order, so that all are timed under the same conditions. The best of hundreds of noisy tuning
     measurements overstates a config (the more trials, the more it does); the median of these
-    rounds does not. Per strategy: [{"config", "gflops" (median over rounds), "rounds_gflops"}]."""
+    rounds does not. Timed with the runner's default options (3 repeats of at least 50 ms each,
+    against tuning's 10 ms: longer, steadier runs). Per strategy: [{"config", "gflops" (median over
+    rounds), "rounds_gflops"}]."""
     from autotune.search.measure_batch import WorkloadMeasurer
     from records import config_key
     from schedules import make_space
