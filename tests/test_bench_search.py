@@ -31,7 +31,7 @@ def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
     assert sorted({r["seed"] for r in serial["runs"]}) == [3, 4]
     assert all(r["trials_to_target"] is not None for r in serial["runs"]), "every run reaches 95%"
     medians = serial["summary"]["medians"]["overall"]
-    assert set(medians) == {"random", "xgb"} and all(v > 0 for v in medians.values())
+    assert set(medians) == {"random", "xgb", "random_exact"} and all(v > 0 for v in medians.values())
 
 
 def test_unknown_workload_is_refused_by_name() -> None:
