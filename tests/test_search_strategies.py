@@ -174,6 +174,27 @@ def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
     assert make_tuner("xgb-no-transfer", small.space, 0, set(), context=ctx).transfer_samples() == []
 
 
+def test_own_samples_weigh_own_share_times_the_transfer_data(replay: ReplayDB, small) -> None:
+    other = next(t for t in replay.tasks() if t.key != small.key)
+    db = TuningDatabase(":memory:")
+    for w in replay.db.workloads():
+        db.add_workload(w["key"], w["name"], w["description"], w["flops"])
+    for t in replay.db.targets():
+        db.add_target(t["key"], t["kind"], t["fingerprint"])
+    db.add_measurements(replay.db.measurements(other.workload.key)[:40]
+                        + replay.db.measurements(small.workload.key)[:5])
+    for share, own_weight in ((1.0, 8.0), (0.5, 4.0), (0.05, 1.0)):
+        options = {**FAST, "own_share": share}
+        ctx = TuneContext(small.workload, small.target, db, transfer=True, options=options)
+        tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+        seen = []
+        tuner.model.fit = seen.extend  # the IR model's training set, as _train hands it over
+        tuner._train()
+        own = [s.weight for s in seen if s.group == "self"]
+        assert len(own) == 5 and set(own) == {own_weight}, (share, own)  # max(1, share * 40 / 5)
+        assert [s.weight for s in seen if s.group != "self"] == [1.0] * 40
+
+
 def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: ReplayDB, small) -> None:
     other = next(t for t in replay.tasks() if t.key != small.key)
     db = TuningDatabase(":memory:")

@@ -28,7 +28,8 @@ class ModelTuner:
                  eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
-                 features: str = "both", model_options: dict | None = None, first: str = "random") -> None:
+                 features: str = "both", model_options: dict | None = None, first: str = "random",
+                 own_share: float = 1.0) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -68,6 +69,7 @@ class ModelTuner:
         self.early_stop = early_stop if early_stop is not None else (context.early_stop if context else None)
         self.max_transfer = max_transfer
         self.transfer_until = transfer_until  # own measurements after which transfer data is dropped
+        self.own_share = own_share  # the task's own samples weigh this many times all transfer data
         self.cache: dict[str, np.ndarray | None] = (
             context.feature_cache if context is not None and context.feature_cache is not None else {})
         self.options = [[list(o) if isinstance(o, tuple) else o for o in k.options] for k in space.knobs]
@@ -170,8 +172,8 @@ class ModelTuner:
         transfer = self.transfer_samples()
         if self.transfer_until is not None and len(own) >= self.transfer_until:
             transfer = []  # enough data of the task itself: other workloads would only blur it
-        if own and transfer:  # the task at hand weighs as much as all transfer data together
-            w = max(1.0, len(transfer) / len(own))
+        if own and transfer:  # the task at hand weighs own_share times all transfer data together
+            w = max(1.0, self.own_share * len(transfer) / len(own))
             own = [Sample(s.features, s.group, s.cost_s, w) for s in own]
         if self.ctx is None and not any(math.isfinite(c) for _, c in self.measured):
             self.trained = False
