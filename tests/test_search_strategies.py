@@ -151,16 +151,22 @@ def test_early_stopping(replay: ReplayDB, small) -> None:
     assert len(costs) - 1 - best_at >= 16, "only after 16 trials without a better config"
 
 
-def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
-    other = next(t for t in replay.tasks() if t.key != small.key)
+def db_with(replay: ReplayDB, task, other_n: int, own_n: int = 0):  # noqa: ANN001, ANN201
+    """An in-memory DB with the replay's workloads and targets, ``other_n`` records of another
+    workload than ``task``'s (transfer data) and ``own_n`` of ``task`` itself; (db, other task)."""
+    other = next(t for t in replay.tasks() if t.key != task.key)
     db = TuningDatabase(":memory:")
-    src = replay.db
-    for w in src.workloads():
+    for w in replay.db.workloads():
         db.add_workload(w["key"], w["name"], w["description"], w["flops"])
-    for t in src.targets():
+    for t in replay.db.targets():
         db.add_target(t["key"], t["kind"], t["fingerprint"])
-    recs = src.measurements(other.workload.key)[:40] + src.measurements(small.workload.key)[:10]
-    db.add_measurements(recs)
+    db.add_measurements(replay.db.measurements(other.workload.key)[:other_n]
+                        + replay.db.measurements(task.workload.key)[:own_n])
+    return db, other
+
+
+def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
+    db, other = db_with(replay, small, 40, 10)
     ctx = TuneContext(small.workload, small.target, db, transfer=True)
     tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
     samples = tuner.transfer_samples()
@@ -175,14 +181,7 @@ def test_transfer_uses_other_workloads_only(replay: ReplayDB, small) -> None:
 
 
 def test_own_samples_weigh_own_share_times_the_transfer_data(replay: ReplayDB, small) -> None:
-    other = next(t for t in replay.tasks() if t.key != small.key)
-    db = TuningDatabase(":memory:")
-    for w in replay.db.workloads():
-        db.add_workload(w["key"], w["name"], w["description"], w["flops"])
-    for t in replay.db.targets():
-        db.add_target(t["key"], t["kind"], t["fingerprint"])
-    db.add_measurements(replay.db.measurements(other.workload.key)[:40]
-                        + replay.db.measurements(small.workload.key)[:5])
+    db, _ = db_with(replay, small, 40, 5)
     for share, own_weight in ((1.0, 8.0), (0.5, 4.0), (0.05, 1.0)):
         options = {**FAST, "own_share": share}
         ctx = TuneContext(small.workload, small.target, db, transfer=True, options=options)
@@ -196,13 +195,7 @@ def test_own_samples_weigh_own_share_times_the_transfer_data(replay: ReplayDB, s
 
 
 def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: ReplayDB, small) -> None:
-    other = next(t for t in replay.tasks() if t.key != small.key)
-    db = TuningDatabase(":memory:")
-    for w in replay.db.workloads():
-        db.add_workload(w["key"], w["name"], w["description"], w["flops"])
-    for t in replay.db.targets():
-        db.add_target(t["key"], t["kind"], t["fingerprint"])
-    db.add_measurements(replay.db.measurements(other.workload.key)[:40])
+    db, _ = db_with(replay, small, 40)
     configs = [small.space.sample(np.random.default_rng(i)) for i in range(3)]
     knobs = np.stack([small.space.encode(c) for c in configs])
     options = {**FAST, "features": "knob"}
