@@ -186,7 +186,7 @@ def run_replay(args: argparse.Namespace) -> dict:
         for task in tasks:
             best = task.best_s
             size = len(task.records)
-            top = sum(1 for r in task.records.values() if r.mean_s > 0 and best / r.mean_s >= args.fraction)
+            top = task.good_count(args.fraction)
             print(f"\n{task.label}: {size} configs, {top} within {args.fraction:.0%} of the best "
                   f"({task.workload.flops / best / 1e9:.1f} GFLOP/s)")
             for name in strategies:
@@ -270,8 +270,7 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
           "'exact': random search's median computed from the space)")
     labels = [t.label for t in tasks]
     sizes = {t.label: len(t.records) for t in tasks}
-    good = {t.label: sum(1 for r in t.records.values() if r.mean_s > 0 and t.best_s / r.mean_s >= fraction)
-            for t in tasks}
+    good = {t.label: t.good_count(fraction) for t in tasks}
     width = max(len(x) for x in labels + ["overall"])
     print(" " * width + "".join(f"{s:>14s}" for s in strategies) + f"{'exact':>14s}")
     table: dict[str, dict[str, float]] = {}

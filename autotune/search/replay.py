@@ -49,6 +49,11 @@ class ReplayTask:
     def best_s(self) -> float:
         return min((r.mean_s for r in self.records.values()), default=math.inf)
 
+    def good_count(self, fraction: float = 0.95) -> int:
+        """How many recorded configs reach ``fraction`` of the best throughput."""
+        best = self.best_s
+        return sum(1 for r in self.records.values() if r.mean_s > 0 and best / r.mean_s >= fraction)
+
 
 def open_records(source: str | Path | TuningDatabase) -> TuningDatabase:
     """A TuningDatabase from a DB file, a JSONL export (``.jsonl`` / ``.jsonl.gz``, loaded into
