@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument("--random-trials", type=int, default=600, help="trials of random search")
     real.add_argument("--transfer-db", default=str(DEFAULT_REPLAY),
                       help="records that seed xgb+transfer (DB or .jsonl.gz)")
+    real.add_argument("--seed", type=int, default=0, help="tuning seed of every strategy (default 0): "
+                      "a second run with another seed checks the first")
     real.add_argument("--db-dir", help="keep each strategy's DB here (default: a temporary folder)")
     real.add_argument("--remeasure", type=int, default=5,
                       help="after tuning, re-measure each strategy's fastest configs this many rounds, "
@@ -370,7 +372,7 @@ def run_real(args: argparse.Namespace) -> dict:
     strategies = args.strategies.split(",")
     folder = Path(args.db_dir or tempfile.mkdtemp(prefix="bench_search_"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"real: {args.op} {args.shape} on {target.describe()}; DBs in {folder}")
+    print(f"real: {args.op} {args.shape} on {target.describe()}, seed {args.seed}; DBs in {folder}")
     curves_s: dict[str, list[float]] = {}
     finalists: dict[str, list[dict]] = {}
     results = {}
@@ -389,7 +391,8 @@ def run_real(args: argparse.Namespace) -> dict:
                 db.add_measurements(r for r in src.measurements() if r.workload_key != wl.key)
                 src.close()
             start = time.perf_counter()
-            opts = TuneOptions(trials=trials, strategy=strategy, seed=0, transfer=transfer, progress=True)
+            opts = TuneOptions(trials=trials, strategy=strategy, seed=args.seed, transfer=transfer,
+                               progress=True)
             s = tune_workload(wl, target, db, opts, builder, runner)
             rows = db.measurements(wl.key, target.key)
             curves_s[name] = [r.mean_s for r in rows]
@@ -422,7 +425,8 @@ def run_real(args: argparse.Namespace) -> dict:
     n = max(len(c) for c in curves_s.values())
     curves = {k: best_so_far(c, best, n) for k, c in curves_s.items()}
     plot(curves, args.png, f"real: {args.op} {args.shape}", args.fraction)
-    return {"mode": "real", "results": results, "curves": curves}
+    return {"mode": "real", "seed": args.seed, "target": target.describe(), "results": results,
+            "curves": curves}
 
 
 def remeasure(wl: Any, target: Any, builder: Any, runner: Any, finalists: dict[str, list[dict]],

@@ -1,0 +1,103 @@
+"""Offline study: small-sample models for a fully measured space. Train on n random configs,
+rank the rest, report the median position of the first config within 5% of the best.
+
+    python bench/search/s18/offline_gp.py REPLAY N[,N...] DRAWS VARIANT[,VARIANT...]
+
+Variants: gp-knob, gp-ir, gp-both (knob + IR columns), ridge-onehot, xgb (the tuner's default
+"both" scores), with optional ":ucb" (mean + std) for the GPs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from bench_search import tasks_features  # noqa: E402
+
+from autotune.search.replay import ReplayDB  # noqa: E402
+from cost_model import Sample, make_model  # noqa: E402
+
+
+def standardize(F: np.ndarray, tr: np.ndarray) -> np.ndarray:
+    m, s = F[tr].mean(axis=0), F[tr].std(axis=0)
+    keep = F.std(axis=0) > 0
+    return ((F - m) / np.where(s > 0, s, F.std(axis=0) + 1e-9))[:, keep]
+
+
+def gp_scores(F: np.ndarray, y: np.ndarray, tr: np.ndarray, te: np.ndarray, ucb: float) -> np.ndarray:
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    Z = standardize(F, tr)
+    kernel = ConstantKernel(1.0) * Matern(length_scale=math.sqrt(Z.shape[1]), nu=2.5) + WhiteKernel(0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=0).fit(Z[tr], y[tr])
+        mu, sd = gp.predict(Z[te], return_std=True)
+    return mu + ucb * sd
+
+
+def onehot(K: np.ndarray) -> np.ndarray:
+    cols = []
+    for j in range(K.shape[1]):
+        for v in np.unique(K[:, j]):
+            cols.append(K[:, j] == v)
+    return np.column_stack(cols).astype(float)
+
+
+def main() -> None:
+    replay, ns, draws = sys.argv[1], [int(x) for x in sys.argv[2].split(",")], int(sys.argv[3])
+    variants = sys.argv[4].split(",")
+    tasks = ReplayDB(replay).tasks()
+    feats = tasks_features(tasks)
+    for variant in variants:
+        kind, _, acq = variant.partition(":")
+        for n in ns:
+            cells = []
+            for t in tasks:
+                cache = feats[t.key][0]
+                keys = [k for k in t.records if cache[k] is not None and math.isfinite(t.records[k].mean_s)]
+                X = np.stack([cache[k] for k in keys])
+                K = np.stack([t.space.encode(t.records[k].config) for k in keys])
+                cost = np.array([t.records[k].mean_s for k in keys])
+                y = -np.log(cost)
+                good = cost.min() / cost >= 0.95
+                positions = []
+                for d in range(draws):
+                    rng = np.random.default_rng(1000 * d + n)
+                    idx = rng.permutation(len(keys))
+                    tr, te = idx[:n], idx[n:]
+                    if good[tr].any():
+                        positions.append(0)
+                        continue
+                    if kind == "xgb":
+                        parts = []
+                        for F in (X, K):
+                            m = make_model("xgb", seed=d)
+                            m.fit([Sample(F[i], "task", cost[i]) for i in tr])
+                            own = m.predict(F[tr])
+                            parts.append((m.predict(F[te]) - own.mean()) / (own.std() or 1.0))
+                        sc = np.sum(parts, axis=0)
+                    elif kind == "ridge-onehot":
+                        H = onehot(K)
+                        A = H[tr]
+                        w = np.linalg.solve(A.T @ A + 1.0 * np.eye(A.shape[1]), A.T @ (y[tr] - y[tr].mean()))
+                        sc = H[te] @ w
+                    else:
+                        F = {"gp-knob": K, "gp-ir": X, "gp-both": np.column_stack([K, X])}[kind]
+                        sc = gp_scores(F, y, tr, te, 1.0 if acq == "ucb" else 0.0)
+                    order = te[np.argsort(-sc, kind="stable")]
+                    positions.append(int(np.flatnonzero(good[order])[0]) + 1)
+                cells.append((t.label, statistics.median(positions)))
+            print(f"{variant:14s} n={n:3d} " + "  ".join(f"{lbl[:14]}:{p:6.1f}" for lbl, p in cells)
+                  + f"  | median {statistics.median(p for _, p in cells):6.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
