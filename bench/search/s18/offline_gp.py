@@ -43,6 +43,30 @@ def gp_scores(F: np.ndarray, y: np.ndarray, tr: np.ndarray, te: np.ndarray, ucb:
     return mu + ucb * sd
 
 
+_LEVELS: dict = {}
+
+
+def levels(t) -> np.ndarray:
+    """Per record of t (in t.records order): for split knobs of each length, the sum over knobs of
+    log2(factor j), i.e. log2 of the product of all axes' factors at level j (blocks, threads, ...)."""
+    if t.key not in _LEVELS:
+        rows = []
+        for r in t.records.values():
+            row = []
+            for length in (4, 2):
+                ks = [k for k in t.space.knobs if getattr(k, "parts", 0) == length]
+                for j in range(length):
+                    row.append(sum(math.log2(r.config[k.name][j]) for k in ks))
+            rows.append(row)
+        _LEVELS[t.key] = np.array(rows)
+    return _LEVELS[t.key]
+
+
+def keys_idx(t, keys) -> np.ndarray:
+    pos = {k: i for i, k in enumerate(t.records)}
+    return np.array([pos[k] for k in keys])
+
+
 def onehot(K: np.ndarray) -> np.ndarray:
     cols = []
     for j in range(K.shape[1]):
@@ -76,9 +100,9 @@ def main() -> None:
                     if good[tr].any():
                         positions.append(0)
                         continue
-                    if kind == "xgb":
+                    if kind in ("xgb", "xgb-lev"):
                         parts = []
-                        for F in (X, K):
+                        for F in (X, K if kind == "xgb" else np.column_stack([K, levels(t)[keys_idx(t, keys)]])):
                             m = make_model("xgb", seed=d)
                             m.fit([Sample(F[i], "task", cost[i]) for i in tr])
                             own = m.predict(F[tr])
