@@ -201,43 +201,46 @@ class TuningDatabase:
         )
         return {r[0] for r in rows}
 
+    # A config measured more than once (tuning confirms its finalists, see autotune.search.confirm)
+    # is ranked by the upper median of its records' mean times, so one lucky run does not make it
+    # the best; a config measured once is ranked by that record.
+    _PER_CONFIG = """SELECT * FROM (
+            SELECT m.*, ROW_NUMBER() OVER (
+                       PARTITION BY workload_key, target_key, config_key ORDER BY mean_s, id) AS rn_,
+                   COUNT(*) OVER (PARTITION BY workload_key, target_key, config_key) AS n_
+            FROM measurements AS m
+            WHERE {where} error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
+        ) WHERE rn_ = n_ / 2 + 1"""
+
     def _fastest(self, workload_key: str, target_key: str, limit: int | None) -> Iterator[dict[str, Any]]:
-        """Verified, error-free rows for the pair, fastest first (at most ``limit``)."""
+        """One row per verified, error-free config of the pair (its upper-median record), fastest
+        first (at most ``limit``)."""
+        sql = self._PER_CONFIG.format(where="workload_key = ? AND target_key = ? AND")
         return self.db.query(
-            """SELECT * FROM measurements
-               WHERE workload_key = ? AND target_key = ?
-                 AND error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
-               ORDER BY mean_s, id LIMIT ?""",
+            f"{sql} ORDER BY mean_s, id LIMIT ?",
             [workload_key, target_key, -1 if limit is None else limit],
         )
 
     def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
-        """Fastest verified, error-free record for the pair, or None."""
+        """The fastest verified, error-free config of the pair (by the upper median of its records),
+        as that record; None if there is none."""
         rows = list(self._fastest(workload_key, target_key, 1))
         return record_from_row(rows[0]) if rows else None
 
     def top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
-        """The ``k`` fastest verified, error-free records for the pair, one per config, fastest first."""
-        rows = self._fastest(workload_key, target_key, None)  # a config may hold several records
-        out: list[MeasurementRecord] = []
-        seen: set[str] = set()
-        for row in rows:
-            if len(out) >= k:
-                break
-            if row["config_key"] not in seen:
-                seen.add(row["config_key"])
-                out.append(record_from_row(row))
-        return out
+        """The ``k`` fastest verified, error-free configs of the pair (ranked as ``best``), fastest first."""
+        return [record_from_row(r) for r in self._fastest(workload_key, target_key, k)]
 
-    def best_per_workload(
-        self, target_key: str | None = None
-    ) -> list[MeasurementRecord]:
-        """The best record of every (workload, target) pair, optionally for one target."""
-        where, args = _where(target_key=target_key)
-        sql = (
-            f"SELECT * FROM best_measurements{where} ORDER BY workload_key, target_key"
-        )
-        return [record_from_row(r) for r in self.db.query(sql, args)]
+    def best_per_workload(self, target_key: str | None = None) -> list[MeasurementRecord]:
+        """The best record (as ``best``) of every (workload, target) pair, optionally for one target."""
+        where = "target_key = ? AND" if target_key is not None else ""
+        sql = f"""SELECT * FROM (
+                SELECT c.*, ROW_NUMBER() OVER (
+                    PARTITION BY workload_key, target_key ORDER BY mean_s, id) AS rank_
+                FROM ({self._PER_CONFIG.format(where=where)}) AS c
+            ) WHERE rank_ = 1 ORDER BY workload_key, target_key"""
+        rows = self.db.query(sql, [target_key] if target_key is not None else [])
+        return [record_from_row(r) for r in rows]
 
     def measurements(
         self, workload_key: str | None = None, target_key: str | None = None

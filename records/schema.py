@@ -54,7 +54,8 @@ DDL: tuple[str, ...] = (
         ON measurements (workload_key, target_key, config_key)""",
     """CREATE INDEX IF NOT EXISTS idx_measurements_mean
         ON measurements (workload_key, target_key, mean_s)""",
-    # Ties go to the earliest row so the answer is stable as rows are added.
+    # The fastest single record of each pair (ties go to the earliest row). The API's
+    # TuningDatabase.best ranks a config measured several times by its median record instead.
     """CREATE VIEW IF NOT EXISTS best_measurements AS
         SELECT * FROM (
             SELECT m.*, ROW_NUMBER() OVER (

@@ -391,8 +391,9 @@ def run_real(args: argparse.Namespace) -> dict:
                 db.add_measurements(r for r in src.measurements() if r.workload_key != wl.key)
                 src.close()
             start = time.perf_counter()
+            # confirm=0: the finalists are re-measured below, all strategies' together
             opts = TuneOptions(trials=trials, strategy=strategy, seed=args.seed, transfer=transfer,
-                               progress=True)
+                               progress=True, confirm=0)
             s = tune_workload(wl, target, db, opts, builder, runner)
             rows = db.measurements(wl.key, target.key)
             curves_s[name] = [r.mean_s for r in rows]

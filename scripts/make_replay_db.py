@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     with builder, runner:
         for wl, n in zip(workloads, sizes):
             t0 = time.perf_counter()
-            opts = TuneOptions(trials=n, strategy="grid", batch_size=batch, run=run, progress=False)
+            opts = TuneOptions(trials=n, strategy="grid", batch_size=batch, run=run, progress=False,
+                               confirm=0)  # one record per config: a replay answers with it
             s = tune_workload(wl, target, db, opts, builder, runner)
             print(f"{s.workload}: {s.trials}/{n} measured ({s.errors} errors), best {s.best_gflops:.2f} "
                   f"GFLOP/s, {time.perf_counter() - t0:.0f} s", flush=True)

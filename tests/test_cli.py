@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.search.tune import CONFIRM_LABEL
 from records import TuningDatabase
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +124,10 @@ def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     with TuningDatabase(db) as d:
         rows = d.measurements()
         after = {(r.id, r.created_at) for r in rows}
-        keys = [json.dumps(r.config, sort_keys=True) for r in rows]
+        keys = [json.dumps(r.config, sort_keys=True) for r in rows if r.tuner != CONFIRM_LABEL]
+        confirmed = [json.dumps(r.config, sort_keys=True) for r in rows if r.tuner == CONFIRM_LABEL]
     assert before <= after, "a committed row was lost"
-    assert len(set(keys)) == len(keys) == 14, "a config was measured twice"
+    assert len(set(keys)) == len(keys) == 14, "a config was measured twice by the search"
+    # then the 3 fastest configs twice more each (--confirm 3, 2 rounds), none of them new
+    assert len(confirmed) == 6 and len(set(confirmed)) == 3 and set(confirmed) <= set(keys)
+    assert out["confirmations"] == 6

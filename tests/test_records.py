@@ -139,6 +139,27 @@ def test_best_picks_fastest_verified_success(db: TuningDatabase) -> None:
     assert db.best(W1, "other") is None
 
 
+def test_a_config_measured_several_times_ranks_by_its_median_record(db: TuningDatabase) -> None:
+    # tile 1: one lucky run (1.0) and two slower ones; tile 2: steady 1.2; tile 3: measured once
+    db.add_measurements(
+        [
+            rec({"tile": 1}, (1.0,)),
+            rec({"tile": 2}, (1.2,)),
+            rec({"tile": 3}, (1.3,)),
+            rec({"tile": 1}, (1.5,)),
+            rec({"tile": 2}, (1.25,)),
+            rec({"tile": 1}, (1.4,)),
+            rec({"tile": 2}, error="run_timeout"),  # a failed repeat does not count
+            rec({"tile": 3}, (5.0,), workload=W2),
+        ]
+    )
+    best = db.best(W1, T1)
+    assert best is not None and best.config == {"tile": 2} and best.mean_s == 1.25  # upper median of 2
+    assert [(r.config["tile"], r.mean_s) for r in db.top(W1, T1, 5)] == [(2, 1.25), (3, 1.3), (1, 1.4)]
+    assert {(r.workload_key, r.config["tile"], r.mean_s) for r in db.best_per_workload(T1)} == {
+        (W1, 2, 1.25), (W2, 3, 5.0)}
+
+
 def test_best_is_none_without_verified_success(db: TuningDatabase) -> None:
     db.add_measurements(
         [

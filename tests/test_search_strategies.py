@@ -21,6 +21,7 @@ from autotune.search.replay import (
     replay_tune,
     trials_to_reach,
 )
+from autotune.search.tune import CONFIRM_LABEL
 from records import TuningDatabase, config_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,7 +270,7 @@ def test_tune_cli_strategy_xgb_on_a_tiny_workload(tmp_path: Path) -> None:
     with TuningDatabase(db) as d:
         rows = d.measurements()
     assert len({config_key(r.config) for r in rows}) == 6
-    assert {r.tuner for r in rows} == {"xgb"}
+    assert {r.tuner for r in rows if r.tuner != CONFIRM_LABEL} == {"xgb"}
 
 
 def test_tune_cli_no_transfer_and_early_stop(tmp_path: Path) -> None:
@@ -279,6 +280,9 @@ def test_tune_cli_no_transfer_and_early_stop(tmp_path: Path) -> None:
     bad = subprocess.run(base + ["--trials", "4", "--early-stop", "0"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--early-stop" in bad.stderr and not db.exists()
+    bad = subprocess.run(base + ["--trials", "4", "--confirm", "-1"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--confirm" in bad.stderr and not db.exists()
     r = subprocess.run(base + ["--trials", "40", "--no-transfer", "--early-stop", "2"], capture_output=True,
                        text=True, timeout=240, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -286,7 +290,7 @@ def test_tune_cli_no_transfer_and_early_stop(tmp_path: Path) -> None:
     # two trials without a new best end the run long before the 40 asked for
     assert 2 <= out["new_trials"] < 40
     with TuningDatabase(db) as d:
-        assert {m.tuner for m in d.measurements()} == {"xgb-no-transfer"}
+        assert {m.tuner for m in d.measurements() if m.tuner != CONFIRM_LABEL} == {"xgb-no-transfer"}
 
 
 def test_forked_feature_extraction_matches_serial(small, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--early-stop", type=int, default=None, metavar="N",
                    help="model-guided strategies stop a workload after N trials without a new best "
                    "(default: never)")
+    p.add_argument("--confirm", type=int, default=3, metavar="K",
+                   help="after measuring, time the K fastest configs twice more each, interleaved; a "
+                   "config measured several times counts by its median, so the best-known schedule is "
+                   "the one fastest on repeat, not the luckiest run (default 3; 0: off)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from ..graph.cli import add_model_args
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.trials is None:
             args.trials = DEFAULT_MODEL_TRIALS
     try:
+        if args.confirm < 0:
+            raise UsageError("--confirm must be >= 0")
         if args.model is not None:
             from ..graph.cli import run_model_tuning
 
@@ -117,6 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         time_budget_s=args.time_budget,
         transfer=not args.no_transfer,
         early_stop=args.early_stop,
+        confirm=args.confirm,
     )
     summaries = []
     builder, runner = measure_tools(target)

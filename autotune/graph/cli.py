@@ -173,6 +173,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         time_budget_s=getattr(args, "time_budget", None),
         transfer=not getattr(args, "no_transfer", False),
         early_stop=getattr(args, "early_stop", None),
+        confirm=getattr(args, "confirm", 3),
     )
     builder, runner = measure_tools(target)
     try:

@@ -15,7 +15,7 @@ from schedules import make_space
 from ..search import TuneOptions, make_tuner
 from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
-from ..search.tune import TuneSummary, _record, register, summarize
+from ..search.tune import TuneSummary, _record, confirm_finalists, register, summarize
 from ..target import Target
 from .compiler import Prepared
 from .scheduler import GradientScheduler
@@ -130,6 +130,11 @@ class _TaskSession:
         self.tuner.update([t.config for t in trials], [t.mean_s for t in trials])
         return len(trials)
 
+    def confirm(self) -> int:
+        """Measure this task's finalists again (see confirm_finalists); returns the records added."""
+        return confirm_finalists(self.db, self.wl, self.target, self.space, self.measurer,
+                                 self.options.confirm, self.options.confirm_rounds)
+
 
 def tune_model(
     prepared: Sequence[Prepared],
@@ -148,7 +153,7 @@ def tune_model(
     tasks = model_tasks(prepared)
     sched = GradientScheduler([t.weight for t in tasks], options.batch_size, seed=options.seed)
     for i, mt in enumerate(tasks):
-        n = db.count(workload_key=mt.task.key, target_key=target.key)
+        n = len(db.measured_config_keys(mt.task.key, target.key))  # (confirmations are no trials)
         if n:
             best = db.best(mt.task.key, target.key)
             sched.observe(i, n, best.mean_s if best else math.inf)
@@ -193,6 +198,15 @@ def tune_model(
             f"[{spent}/{budget}] {mt.task.label} x{mt.weight}: {st.trials} trials, best "
             f"{_ms(st.best_s)} ({gflops:.1f} GFLOP/s); model estimate {_ms(sched.estimated_latency())}"
         )
+    confirmed = 0
+    for i, session in sessions.items():  # the tasks measured by this run: their finalists again
+        if tasks[i].new_trials:
+            try:
+                confirmed += session.confirm()
+            except Exception as err:  # noqa: BLE001 - as in the rounds: the task keeps its records
+                log(f"{tasks[i].task.label}: confirming its finalists failed ({type(err).__name__}: {err})")
+    if confirmed:
+        log(f"confirmed the finalists: {confirmed} re-measurements")
     elapsed = time.perf_counter() - start
     for mt in tasks:
         mt.summary = summarize(db, mt.task.workload, target, mt.new_trials, 0, elapsed)

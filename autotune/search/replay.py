@@ -118,6 +118,8 @@ class ReplayDB:
 class ReplayRunner:
     """A measurer (see WorkloadMeasurer.measure) that looks results up instead of running them."""
 
+    repeatable = True  # the same config always answers the same: nothing to confirm
+
     def __init__(self, replay: ReplayDB, workload: Workload, target: Target) -> None:
         self.replay, self.workload, self.target = replay, workload, target
         self.hits = self.misses = 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from records import MeasurementRecord, TuningDatabase
-from schedules import make_space
+from schedules import SearchSpace, make_space
 
 from ..measure import Builder, CpuRunner, RunOptions
 from ..target import Target
@@ -28,6 +31,13 @@ class TuneOptions:
     time_budget_s: float | None = None  # stop starting new batches after this many seconds
     transfer: bool = True  # model-guided strategies learn from other workloads/targets in the DB
     early_stop: int | None = None  # model-guided strategies stop after this many trials without gain
+    # after a run that measured something: the `confirm` fastest configs are measured
+    # `confirm_rounds` more times, interleaved (see confirm_finalists); 0 turns it off
+    confirm: int = 3
+    confirm_rounds: int = 2
+
+
+CONFIRM_LABEL = "confirm"  # the tuner label of confirmation records (not trials of a search)
 
 
 @dataclass
@@ -35,7 +45,7 @@ class TuneSummary:
     workload: str
     workload_key: str
     target_key: str
-    trials: int  # measurements in the DB for this (workload, target) now
+    trials: int  # configs measured in the DB for this (workload, target) now
     new_trials: int  # measured by this call
     valid: int
     errors: int
@@ -45,6 +55,7 @@ class TuneSummary:
     space_size: int
     elapsed_s: float
     errors_by_kind: dict = field(default_factory=dict)
+    confirmations: int = 0  # re-measurements of finalists in the DB (tuner label "confirm")
     seconds: dict = field(default_factory=dict)  # render / build / run / search+db of this call
 
     def to_json(self) -> dict:
@@ -57,6 +68,7 @@ class TuneSummary:
             "valid": self.valid,
             "errors": self.errors,
             "errors_by_kind": self.errors_by_kind,
+            "confirmations": self.confirmations,
             "best_gflops": round(self.best_gflops, 3),
             "best_s": None if math.isinf(self.best_s) else self.best_s,
             "best_config": self.best_config,
@@ -127,6 +139,8 @@ def tune_workload(
         tuner.update([t.config for t in trials], [t.mean_s for t in trials])
     if bar is not None:
         bar.close()
+    if new and measurer is not None and not getattr(measurer, "repeatable", False):
+        confirm_finalists(db, wl, target, space, measurer, options.confirm, options.confirm_rounds)
     elapsed = time.perf_counter() - start
     summary = summarize(db, wl, target, new, space.size(), elapsed)
     if measurer is not None:
@@ -138,7 +152,8 @@ def tune_workload(
 def summarize(
     db: TuningDatabase, wl: Workload, target: Target, new: int, space_size: int, elapsed: float
 ) -> TuneSummary:
-    rows = db.measurements(wl.key, target.key)
+    every = db.measurements(wl.key, target.key)
+    rows = [r for r in every if r.tuner != CONFIRM_LABEL]
     errors = [r for r in rows if r.error_kind]
     by_kind: dict[str, int] = {}
     for r in errors:
@@ -159,7 +174,28 @@ def summarize(
         space_size=space_size,
         elapsed_s=elapsed,
         errors_by_kind=by_kind,
+        confirmations=len(every) - len(rows),
     )
+
+
+def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: SearchSpace, measurer: Any,
+                      top: int, rounds: int) -> int:
+    """Measure the ``top`` fastest configs of (wl, target) ``rounds`` more times, all of them in a
+    shuffled order each round, and record every result (tuner label CONFIRM_LABEL); returns how
+    many. The fastest of hundreds of noisy measurements overstates its config, the more so the
+    more were taken; TuningDatabase.best ranks a config measured several times by its median record,
+    so the best-known schedule becomes the one that is fastest on repeat."""
+    finalists = [r.config for r in db.top(wl.key, target.key, top)] if top > 0 and rounds > 0 else []
+    if len(finalists) < 2:  # nothing to choose between
+        return 0
+    rng = np.random.default_rng(len(finalists))
+    added = 0
+    for _ in range(rounds):
+        order = [finalists[i] for i in rng.permutation(len(finalists))]
+        for trial in measurer.measure(order, [space.steps(c) for c in order]):
+            db.add_measurement(_record(wl, target, trial, CONFIRM_LABEL, space.version))
+            added += 1
+    return added
 
 
 def _record(wl: Workload, target: Target, t: Trial, tuner: str, space_version: int) -> MeasurementRecord:

@@ -102,7 +102,8 @@ def main() -> None:
                         continue
                     if kind in ("xgb", "xgb-lev"):
                         parts = []
-                        for F in (X, K if kind == "xgb" else np.column_stack([K, levels(t)[keys_idx(t, keys)]])):
+                        knob = K if kind == "xgb" else np.column_stack([K, levels(t)[keys_idx(t, keys)]])
+                        for F in (X, knob):
                             m = make_model("xgb", seed=d)
                             m.fit([Sample(F[i], "task", cost[i]) for i in tr])
                             own = m.predict(F[tr])
