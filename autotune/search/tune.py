@@ -188,7 +188,7 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
     finalists = [r.config for r in db.top(wl.key, target.key, top)] if top > 0 and rounds > 0 else []
     if len(finalists) < 2:  # nothing to choose between
         return 0
-    rng = np.random.default_rng(len(finalists))
+    rng = np.random.default_rng(0)
     added = 0
     for _ in range(rounds):
         order = [finalists[i] for i in rng.permutation(len(finalists))]

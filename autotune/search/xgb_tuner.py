@@ -29,7 +29,7 @@ class ModelTuner:
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  features: str = "both", model_options: dict | None = None, first: str = "random",
-                 own_share: float = 1.0) -> None:
+                 own_share: float = 1.0, novel: float = 0.5) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -70,6 +70,8 @@ class ModelTuner:
         self.max_transfer = max_transfer
         self.transfer_until = transfer_until  # own measurements after which transfer data is dropped
         self.own_share = own_share  # the task's own samples weigh this many times all transfer data
+        self.novel = novel  # share of the model's picks kept `diversity` knobs from every measured config
+        self._codes_of = [{_hashable(o): j for j, o in enumerate(k.options)} for k in space.knobs]
         self.cache: dict[str, np.ndarray | None] = (
             context.feature_cache if context is not None and context.feature_cache is not None else {})
         self.options = [[list(o) if isinstance(o, tuple) else o for o in k.options] for k in space.knobs]
@@ -328,6 +330,32 @@ class ModelTuner:
     def _distance(self, a: Config, b: Config) -> int:
         return sum(a[k.name] != b[k.name] for k in self.space.knobs)
 
+    def _codes(self, cfg: Config) -> np.ndarray:
+        """Each knob's option index in ``cfg`` (-1 for a value the space lacks: an older space's)."""
+        knobs = self.space.knobs
+        return np.array([m.get(_hashable(cfg.get(k.name)), -1) for m, k in zip(self._codes_of, knobs)])
+
+    def _take(self, ranked: list[tuple[float, Config]], k: int, taken: set[str], picked: list[Config],
+              away: Sequence[Config] = ()) -> None:
+        """Append up to ``k`` of ``ranked`` (best first) to ``picked``: first those at least
+        ``diversity`` knobs from every pick and every config of ``away``, then whatever ranks best."""
+        far = np.stack([self._codes(c) for c in away]) if away else None
+        goal = len(picked) + k
+        for pass_ in (0, 1):
+            for _, c in ranked:
+                if len(picked) >= goal:
+                    return
+                key = config_key(c)
+                if key in taken:
+                    continue
+                if pass_ == 0:
+                    if any(self._distance(c, p) < self.diversity for p in picked):
+                        continue
+                    if far is not None and int((far != self._codes(c)).sum(axis=1).min()) < self.diversity:
+                        continue
+                taken.add(key)
+                picked.append(c)
+
     def next_batch(self, n: int) -> list[Config]:
         if self.early_stop is not None and self.since_best >= self.early_stop and self.measured:
             self.stopped = True
@@ -348,17 +376,11 @@ class ModelTuner:
                 w = np.exp(-np.arange(len(ranked)) / (self.rank_temp * len(ranked)))
                 order = self.rng.choice(len(ranked), size=len(ranked), replace=False, p=w / w.sum())
                 ranked = [ranked[i] for i in order]
-            for pass_ in (0, 1):  # diversity first, then whatever ranks best
-                for _, c in ranked:
-                    if len(picked) >= n - n_random:
-                        break
-                    k = config_key(c)
-                    if k in taken:
-                        continue
-                    if pass_ == 0 and any(self._distance(c, p) < self.diversity for p in picked):
-                        continue
-                    taken.add(k)
-                    picked.append(c)
+            n_model = n - n_random - len(picked)
+            n_novel = int(round(self.novel * n_model))
+            self._take(ranked, n_model - n_novel, taken, picked)
+            if n_novel:  # the rest away from every measured config: a jump to another basin
+                self._take(ranked, n_novel, taken, picked, away=[c for c, _ in self.measured])
         if not self.trained and self.first == "diverse":
             picked += self._diverse_unseen(n - len(picked), taken)
         picked += self._random_unseen(n - len(picked), taken)
@@ -384,6 +406,10 @@ class ModelTuner:
             else:
                 self.since_best += 1
         self._dirty = True
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _features_or_none(job: tuple, config: Config) -> np.ndarray | None:
