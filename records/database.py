@@ -201,9 +201,9 @@ class TuningDatabase:
         )
         return {r[0] for r in rows}
 
-    # A config measured more than once (tuning confirms its finalists, see autotune.search.confirm)
-    # is ranked by the upper median of its records' mean times, so one lucky run does not make it
-    # the best; a config measured once is ranked by that record.
+    # A config measured more than once (tuning re-measures its finalists: confirm_finalists in
+    # autotune/search/tune.py) is ranked by the upper median of its records' mean times, so one
+    # lucky run does not make it the best; a config measured once is ranked by that record.
     _PER_CONFIG = """SELECT * FROM (
             SELECT m.*, ROW_NUMBER() OVER (
                        PARTITION BY workload_key, target_key, config_key ORDER BY mean_s, id) AS rn_,
