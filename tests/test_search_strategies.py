@@ -195,6 +195,24 @@ def test_own_samples_weigh_own_share_times_the_transfer_data(replay: ReplayDB, s
         assert [s.weight for s in seen if s.group != "self"] == [1.0] * 40
 
 
+def test_half_the_model_picks_keep_two_knobs_from_every_measured_config(replay: ReplayDB, small) -> None:
+    ctx = TuneContext(small.workload, small.target, None, transfer=False, options={**FAST, "eps": 0.0})
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    runner = ReplayRunner(replay, small.workload, small.target)
+    for _ in range(3):
+        batch = tuner.next_batch(8)
+        tuner.update(batch, [t.mean_s for t in runner.measure(batch, [[] for _ in batch])])
+    measured = [c for c, _ in tuner.measured]
+    batch = tuner.next_batch(8)
+    assert tuner.trained and tuner.novel == 0.5 and len(batch) == 8
+
+    def far(c: dict) -> bool:
+        return all(sum(c[k.name] != m[k.name] for k in small.space.knobs) >= 2 for m in measured)
+
+    assert all(far(c) for c in batch[4:]), "the second half: away from everything measured"
+    assert not all(far(c) for c in batch[:4]), "the first half: the model's best, wherever they are"
+
+
 def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: ReplayDB, small) -> None:
     db, _ = db_with(replay, small, 40)
     configs = [small.space.sample(np.random.default_rng(i)) for i in range(3)]
