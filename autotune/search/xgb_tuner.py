@@ -327,9 +327,6 @@ class ModelTuner:
         scores = self._score(configs)
         return sorted(((float(s), c) for s, c in zip(scores, configs) if np.isfinite(s)), key=lambda t: -t[0])
 
-    def _distance(self, a: Config, b: Config) -> int:
-        return sum(a[k.name] != b[k.name] for k in self.space.knobs)
-
     def _codes(self, cfg: Config) -> np.ndarray:
         """Each knob's option index in ``cfg`` (-1 for a value the space lacks: an older space's)."""
         knobs = self.space.knobs
@@ -339,7 +336,8 @@ class ModelTuner:
               away: Sequence[Config] = ()) -> None:
         """Append up to ``k`` of ``ranked`` (best first) to ``picked``: first those at least
         ``diversity`` knobs from every pick and every config of ``away``, then whatever ranks best."""
-        far = np.stack([self._codes(c) for c in away]) if away else None
+        far = [np.stack([self._codes(c) for c in away])] if away else []
+        near = [self._codes(p) for p in picked]
         goal = len(picked) + k
         for pass_ in (0, 1):
             for _, c in ranked:
@@ -348,13 +346,13 @@ class ModelTuner:
                 key = config_key(c)
                 if key in taken:
                     continue
-                if pass_ == 0:
-                    if any(self._distance(c, p) < self.diversity for p in picked):
-                        continue
-                    if far is not None and int((far != self._codes(c)).sum(axis=1).min()) < self.diversity:
-                        continue
+                code = self._codes(c)  # knobs that differ: entries unequal to a row of far / near
+                if pass_ == 0 and any(int((rows != code).sum(axis=-1).min()) < self.diversity
+                                      for rows in (*far, *near)):
+                    continue
                 taken.add(key)
                 picked.append(c)
+                near.append(code)
 
     def next_batch(self, n: int) -> list[Config]:
         if self.early_stop is not None and self.since_best >= self.early_stop and self.measured:

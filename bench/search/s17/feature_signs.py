@@ -8,7 +8,6 @@ correlation keeps one sign on every workload, strongest first.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from bench_search import tasks_features  # noqa: E402
+from offline_top_rank import space_arrays  # noqa: E402
 
 from autotune.search.replay import ReplayDB  # noqa: E402
 from cost_model import feature_names, spearman  # noqa: E402
@@ -28,10 +28,7 @@ def main() -> None:
     rho: dict[str, list[float]] = {}
     position: dict[str, list[int]] = {}
     for t in tasks:
-        cache = feats[t.key][0]
-        keys = [k for k in t.records if cache[k] is not None and math.isfinite(t.records[k].mean_s)]
-        X = np.stack([cache[k] for k in keys])
-        cost = np.array([t.records[k].mean_s for k in keys])
+        _, X, _, cost = space_arrays(t, feats[t.key][0])
         good = cost.min() / cost >= 0.95
         ties = np.random.default_rng(0).random(len(cost))
         for j, name in enumerate(names):

@@ -26,6 +26,16 @@ from autotune.search.replay import ReplayDB  # noqa: E402
 from cost_model import Sample, make_model, spearman  # noqa: E402
 
 
+def space_arrays(task, cache: dict) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    """A fully measured space's successful configs (those that lower): their keys, IR feature rows,
+    knob encodings and costs (s)."""
+    keys = [k for k in task.records if cache[k] is not None and math.isfinite(task.records[k].mean_s)]
+    X = np.stack([cache[k] for k in keys])
+    K = np.stack([task.space.encode(task.records[k].config) for k in keys])
+    cost = np.array([task.records[k].mean_s for k in keys])
+    return keys, X, K, cost
+
+
 def maximin(K: np.ndarray, pool: np.ndarray, n: int) -> list[int]:
     """n rows of ``pool`` spread over the knob encoding (each farthest from those picked)."""
     span = np.ptp(K, axis=0)
@@ -60,11 +70,7 @@ def main() -> None:
         for n in ns:
             cells = []
             for t in tasks:
-                cache = feats[t.key][0]
-                keys = [k for k in t.records if cache[k] is not None and math.isfinite(t.records[k].mean_s)]
-                X = np.stack([cache[k] for k in keys])
-                K = np.stack([t.space.encode(t.records[k].config) for k in keys])
-                cost = np.array([t.records[k].mean_s for k in keys])
+                keys, X, K, cost = space_arrays(t, feats[t.key][0])
                 good = cost.min() / cost >= 0.95
                 positions, rhos = [], []
                 for d in range(draws):

@@ -20,8 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from bench_search import tasks_features  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s17"))
+from offline_top_rank import score, space_arrays  # noqa: E402
+
 from autotune.search.replay import ReplayDB  # noqa: E402
-from cost_model import Sample, make_model  # noqa: E402
 
 
 def standardize(F: np.ndarray, tr: np.ndarray) -> np.ndarray:
@@ -85,11 +87,7 @@ def main() -> None:
         for n in ns:
             cells = []
             for t in tasks:
-                cache = feats[t.key][0]
-                keys = [k for k in t.records if cache[k] is not None and math.isfinite(t.records[k].mean_s)]
-                X = np.stack([cache[k] for k in keys])
-                K = np.stack([t.space.encode(t.records[k].config) for k in keys])
-                cost = np.array([t.records[k].mean_s for k in keys])
+                keys, X, K, cost = space_arrays(t, feats[t.key][0])
                 y = -np.log(cost)
                 good = cost.min() / cost >= 0.95
                 positions = []
@@ -100,15 +98,9 @@ def main() -> None:
                     if good[tr].any():
                         positions.append(0)
                         continue
-                    if kind in ("xgb", "xgb-lev"):
-                        parts = []
+                    if kind in ("xgb", "xgb-lev"):  # the tuner's "both" scores, as offline_top_rank
                         knob = K if kind == "xgb" else np.column_stack([K, levels(t)[keys_idx(t, keys)]])
-                        for F in (X, knob):
-                            m = make_model("xgb", seed=d)
-                            m.fit([Sample(F[i], "task", cost[i]) for i in tr])
-                            own = m.predict(F[tr])
-                            parts.append((m.predict(F[te]) - own.mean()) / (own.std() or 1.0))
-                        sc = np.sum(parts, axis=0)
+                        sc = score({"kind": "both"}, X, knob, cost, tr, te, d)
                     elif kind == "ridge-onehot":
                         H = onehot(K)
                         A = H[tr]
