@@ -17,10 +17,12 @@ class XGBModel(BaseModel):
     name = "xgb"
 
     def __init__(self, objective: str = "rank:pairwise", rounds: int = 60, eta: float = 0.3,
-                 max_depth: int = 6, max_bin: int = 64, seed: int = 0, nthread: int = 1) -> None:
+                 max_depth: int = 6, max_bin: int = 64, seed: int = 0, nthread: int = 1,
+                 pair_method: str = "mean", pairs: int = 8) -> None:
         super().__init__()
         self.init = {"objective": objective, "rounds": rounds, "eta": eta, "max_depth": max_depth,
-                     "max_bin": max_bin, "seed": seed, "nthread": nthread}
+                     "max_bin": max_bin, "seed": seed, "nthread": nthread, "pair_method": pair_method,
+                     "pairs": pairs}
         self.booster: Any = None
 
     def _params(self) -> dict[str, Any]:
@@ -37,8 +39,10 @@ class XGBModel(BaseModel):
             "verbosity": 0,
         }
         if p["objective"].startswith("rank:"):
-            # pairs are sampled per candidate; float relevance labels are fine for rank:pairwise
-            p.update({"lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": 8})
+            # "mean": `pairs` pairs sampled per candidate (the whole order); "topk": each of the top
+            # `pairs` of a group against all others. Float relevance labels are fine for rank:pairwise
+            p.update({"lambdarank_pair_method": self.init["pair_method"],
+                      "lambdarank_num_pair_per_sample": self.init["pairs"]})
         return p
 
     def fit(self, records: Sequence[Sample]) -> None:

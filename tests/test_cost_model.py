@@ -144,6 +144,19 @@ def test_model_fit_predict_save_load(name: str, tmp_path: Path) -> None:
     np.testing.assert_allclose(again.predict(X), pred, rtol=1e-6)
 
 
+def test_xgb_pair_construction_reaches_xgboost_and_survives_save_load(tmp_path: Path) -> None:
+    import json
+
+    model = make_model("xgb", pair_method="topk", pairs=4)
+    model.fit(_synthetic())
+    objective = json.loads(model.booster.save_config())["learner"]["objective"]["lambdarank_param"]
+    assert (objective["lambdarank_pair_method"], objective["lambdarank_num_pair_per_sample"]) == ("topk", "4")
+    model.save(tmp_path / "m.json")
+    again = load_model(tmp_path / "m.json")
+    assert (again.init["pair_method"], again.init["pairs"]) == ("topk", 4)
+    assert make_model("xgb")._params()["lambdarank_pair_method"] == "mean", "the default samples evenly"
+
+
 def test_load_rejects_other_files(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text('{"format": "something else"}')

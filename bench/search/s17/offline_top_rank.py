@@ -4,7 +4,8 @@ Spearman of the ranking) over draws. Lower positions mean the model's top picks 
 
     python bench/search/s17/offline_top_rank.py REPLAY N[,N...] DRAWS VARIANTS_JSON
 
-VARIANTS_JSON maps a name to {"kind": "ir" | "knob" | "both", "opts": model options,
+VARIANTS_JSON maps a name to {"kind": "ir" | "knob" | "both", "opts": model options (or "ir_opts" /
+"knob_opts" for one of the two),
 "first": "random" | "diverse"}; "both" adds the two models' scores, each standardized over the
 training configs, as the tuner does.
 """
@@ -54,7 +55,7 @@ def score(variant: dict, X: np.ndarray, K: np.ndarray, cost: np.ndarray, tr: np.
     parts = []
     for kind in (["ir", "knob"] if variant["kind"] == "both" else [variant["kind"]]):
         F = X if kind == "ir" else K
-        model = make_model("xgb", seed=seed, **variant.get("opts", {}))
+        model = make_model("xgb", seed=seed, **variant.get(f"{kind}_opts", variant.get("opts", {})))
         model.fit([Sample(F[i], "task", cost[i]) for i in tr])
         own = model.predict(F[tr])
         parts.append((model.predict(F[te]) - own.mean()) / (own.std() or 1.0))

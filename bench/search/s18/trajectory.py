@@ -40,7 +40,7 @@ def features() -> dict:
 
 
 FEATS = features()
-OPTS = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+OPTS: dict = {}  # the tuner options of this run (main's first argument)
 
 
 def run(item: tuple[int, int]) -> tuple[str, list[int]]:
@@ -53,6 +53,7 @@ def run(item: tuple[int, int]) -> tuple[str, list[int]]:
 
 
 def main() -> None:
+    OPTS.update(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 8
     first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     items = [(i, s) for i in range(len(TASKS)) for s in range(first, first + seeds)]

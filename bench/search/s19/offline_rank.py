@@ -1,0 +1,54 @@
+"""offline_top_rank.py's study on the larger H200 replay set with trajectory.py's feature cache
+(/tmp/large_feats.pkl, written on first use): median position of the first config within 5% of
+the best after training on n random configs, per variant (geometric mean over workloads too).
+
+    OMP_NUM_THREADS=1 python bench/search/s19/offline_rank.py N[,N...] DRAWS VARIANTS_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s17"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s18"))
+from offline_top_rank import score, space_arrays  # noqa: E402
+from trajectory import FEATS, TASKS  # noqa: E402
+
+
+def cell(job: tuple[dict, int, int, int]) -> int:
+    variant, ti, n, d = job
+    t = TASKS[ti]
+    keys, X, K, cost = space_arrays(t, FEATS[t.key][0])
+    good = cost.min() / cost >= 0.95
+    rng = np.random.default_rng(1000 * d + n)
+    idx = rng.permutation(len(keys))
+    tr, te = idx[:n], idx[n:]
+    if good[tr].any():
+        return 0
+    sc = score(variant, X, K, cost, tr, te, d)
+    order = te[np.argsort(-sc, kind="stable")]
+    return int(np.flatnonzero(good[order])[0]) + 1
+
+
+def main() -> None:
+    ns, draws, variants = [int(x) for x in sys.argv[1].split(",")], int(sys.argv[2]), json.loads(sys.argv[3])
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        for name, variant in variants.items():
+            for n in ns:
+                jobs = [(variant, ti, n, d) for ti in range(len(TASKS)) for d in range(draws)]
+                res = pool.map(cell, jobs, chunksize=4)
+                meds = [statistics.median(res[ti * draws:(ti + 1) * draws]) for ti in range(len(TASKS))]
+                geo = math.exp(statistics.mean(math.log(max(m, 1)) for m in meds))
+                print(f"{name:12s} n={n:3d} " + " ".join(f"{m:6.1f}" for m in meds)
+                      + f" | median {statistics.median(meds):6.1f} geo {geo:6.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
