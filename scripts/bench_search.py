@@ -266,6 +266,18 @@ def random_search_median(spaces: list[tuple[int, int]]) -> int:
                 if statistics.fmean(random_search_cdf(n, k, t) for n, k in spaces) >= 0.5)
 
 
+def median_interval(groups: list[list[float]], level: float = 0.9, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval of the median of all values pooled over ``groups`` (workloads): each
+    resample redraws every group's runs with replacement, so every workload keeps its weight."""
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(g, dtype=np.float64) for g in groups if len(g)]
+    meds = np.array([np.median(np.concatenate([a[rng.integers(len(a), size=len(a))] for a in arrays]))
+                     for _ in range(resamples)])
+    lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
               fraction: float = 0.95) -> dict:
     print(f"\nmedian trials to reach {fraction:.0%} of the best (unreached runs count as space size + 1; "
@@ -288,10 +300,16 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
         print(f"{label:{width}s}" + "".join(f"{row[s]:14.1f}" for s in strategies) + f"{exact:14.1f}")
     base = table["overall"].get("random")
     ratios = {}
+    intervals = {}
     exact = table["overall"]["random_exact"]
     for s in strategies:
         if s != "random":
-            print(f"{s}: {table['overall'][s] / exact:.2f} x random search's exact median trials (overall)")
+            lo, hi = median_interval([[r["trials_to_target"] or sizes[w] + 1 for r in runs
+                                       if r["strategy"] == s and r["workload"] == w] for w in labels])
+            intervals[s] = [lo, hi]
+            print(f"{s}: {table['overall'][s] / exact:.2f} x random search's exact median trials (overall; "
+                  f"90% bootstrap interval of its median over these runs {lo:g}-{hi:g} trials, "
+                  f"{lo / exact:.2f}-{hi / exact:.2f} x)")
     if base:
         for s in strategies:
             if s != "random":
@@ -307,7 +325,7 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
         helped = [w for w in labels if table[w]["xgb+transfer"] < table[w]["xgb"]]
         hurt = [w for w in labels if table[w]["xgb+transfer"] > table[w]["xgb"]]
         print(f"transfer helped on: {', '.join(helped) or '-'}; hurt on: {', '.join(hurt) or '-'}")
-    return {"medians": table, "ratios_vs_random": ratios}
+    return {"medians": table, "ratios_vs_random": ratios, "median_intervals": intervals}
 
 
 def ranking_quality(tasks: list[ReplayTask], feats: dict, extra: list[Sample], limit: int) -> dict:

@@ -87,3 +87,18 @@ def test_random_search_median_is_exact() -> None:
     rng = np.random.default_rng(0)
     hits = [int(np.flatnonzero(rng.permutation(300) < 4)[0]) + 1 for _ in range(20_000)]
     assert abs(np.median(hits) - bs.random_search_median([(300, 4)])) <= 2
+
+
+def test_median_interval_brackets_the_pooled_median_and_narrows_with_more_runs() -> None:
+    import numpy as np
+
+    bs = _bench_module()
+    assert bs.median_interval([[7, 7, 7], [7]]) == (7.0, 7.0)  # no spread, no interval
+    rng = np.random.default_rng(1)
+    few = [list(rng.geometric(1 / 40, 20)), list(rng.geometric(1 / 80, 20))]
+    many = [list(rng.geometric(1 / 40, 400)), list(rng.geometric(1 / 80, 400))]
+    lo_few, hi_few = bs.median_interval(few)
+    lo_many, hi_many = bs.median_interval(many)
+    assert lo_few <= np.median(np.concatenate(few)) <= hi_few
+    assert lo_many <= np.median(np.concatenate(many)) <= hi_many
+    assert hi_many - lo_many < (hi_few - lo_few) / 2
