@@ -272,6 +272,8 @@ def median_interval(groups: list[list[float]], level: float = 0.9, resamples: in
     resample redraws every group's runs with replacement, so every workload keeps its weight."""
     rng = np.random.default_rng(seed)
     arrays = [np.asarray(g, dtype=np.float64) for g in groups if len(g)]
+    if not arrays:
+        return math.nan, math.nan
     meds = np.array([np.median(np.concatenate([a[rng.integers(len(a), size=len(a))] for a in arrays]))
                      for _ in range(resamples)])
     lo, hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
