@@ -289,13 +289,14 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
     good = {t.label: t.good_count(fraction) for t in tasks}
     width = max(len(x) for x in labels + ["overall"])
     print(" " * width + "".join(f"{s:>14s}" for s in strategies) + f"{'exact':>14s}")
+    hits = {(s, w): [r["trials_to_target"] or sizes[w] + 1 for r in runs
+                     if r["strategy"] == s and r["workload"] == w] for s in strategies for w in labels}
     table: dict[str, dict[str, float]] = {}
     for label in labels + ["overall"]:
         row = {}
         for s in strategies:
-            hits = [r["trials_to_target"] or sizes[r["workload"]] + 1 for r in runs
-                    if r["strategy"] == s and label in ("overall", r["workload"])]
-            row[s] = statistics.median(hits) if hits else math.nan
+            trials = [t for w in labels if label in ("overall", w) for t in hits[s, w]]
+            row[s] = statistics.median(trials) if trials else math.nan
         spaces = [(sizes[w], good[w]) for w in labels if label in ("overall", w) and good[w]]
         exact = row["random_exact"] = random_search_median(spaces) if spaces else math.nan
         table[label] = row
@@ -306,8 +307,7 @@ def summarize(runs: list[dict], tasks: list[ReplayTask], strategies: list[str],
     exact = table["overall"]["random_exact"]
     for s in strategies:
         if s != "random":
-            lo, hi = median_interval([[r["trials_to_target"] or sizes[w] + 1 for r in runs
-                                       if r["strategy"] == s and r["workload"] == w] for w in labels])
+            lo, hi = median_interval([hits[s, w] for w in labels])
             intervals[s] = [lo, hi]
             print(f"{s}: {table['overall'][s] / exact:.2f} x random search's exact median trials (overall; "
                   f"90% bootstrap interval of its median over these runs {lo:g}-{hi:g} trials, "

@@ -62,6 +62,24 @@ def score(variant: dict, X: np.ndarray, K: np.ndarray, cost: np.ndarray, tr: np.
     return np.sum(parts, axis=0)
 
 
+def first_good_position(variant: dict, X: np.ndarray, K: np.ndarray, cost: np.ndarray, good: np.ndarray,
+                        n: int, draw: int) -> tuple[int, float | None]:
+    """Train on n configs drawn for ``draw`` (random, or spread over the knobs with "first":
+    "diverse"), rank the rest: the 1-based position of the first good config (0 when a training
+    config is good already) and the ranking's Spearman (None then)."""
+    rng = np.random.default_rng(1000 * draw + n)
+    idx = rng.permutation(len(cost))
+    if variant.get("first") == "diverse":
+        chosen = maximin(K, idx[:16 * n], n)
+        idx = np.concatenate([chosen, rng.permutation(np.setdiff1d(idx, chosen))])
+    tr, te = idx[:n], idx[n:]
+    if good[tr].any():
+        return 0, None
+    sc = score(variant, X, K, cost, tr, te, draw)
+    order = te[np.argsort(-sc, kind="stable")]
+    return int(np.flatnonzero(good[order])[0]) + 1, spearman(sc, -cost[te])
+
+
 def main() -> None:
     replay, ns, draws, variants = sys.argv[1], [int(x) for x in sys.argv[2].split(",")], \
         int(sys.argv[3]), json.loads(sys.argv[4])
@@ -75,19 +93,10 @@ def main() -> None:
                 good = cost.min() / cost >= 0.95
                 positions, rhos = [], []
                 for d in range(draws):
-                    rng = np.random.default_rng(1000 * d + n)
-                    idx = rng.permutation(len(keys))
-                    if variant.get("first") == "diverse":
-                        chosen = maximin(K, idx[:16 * n], n)
-                        idx = np.concatenate([chosen, rng.permutation(np.setdiff1d(idx, chosen))])
-                    tr, te = idx[:n], idx[n:]
-                    if good[tr].any():
-                        positions.append(0)
-                        continue
-                    sc = score(variant, X, K, cost, tr, te, d)
-                    order = te[np.argsort(-sc, kind="stable")]
-                    positions.append(int(np.flatnonzero(good[order])[0]) + 1)
-                    rhos.append(spearman(sc, -cost[te]))
+                    pos, rho = first_good_position(variant, X, K, cost, good, n, d)
+                    positions.append(pos)
+                    if rho is not None:
+                        rhos.append(rho)
                 rho = float(np.mean(rhos)) if rhos else math.nan
                 cells.append((t.label, statistics.median(positions), rho))
             print(f"{name:10s} n={n:3d} " + "  ".join(f"{lbl[:14]}:{p:6.1f}/{r:+.2f}" for lbl, p, r in cells)

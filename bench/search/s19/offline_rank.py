@@ -14,27 +14,17 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s17"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s18"))
-from offline_top_rank import score, space_arrays  # noqa: E402
+from offline_top_rank import first_good_position, space_arrays  # noqa: E402
 from trajectory import FEATS, TASKS  # noqa: E402
 
 
 def cell(job: tuple[dict, int, int, int]) -> int:
     variant, ti, n, d = job
     t = TASKS[ti]
-    keys, X, K, cost = space_arrays(t, FEATS[t.key][0])
-    good = cost.min() / cost >= 0.95
-    rng = np.random.default_rng(1000 * d + n)
-    idx = rng.permutation(len(keys))
-    tr, te = idx[:n], idx[n:]
-    if good[tr].any():
-        return 0
-    sc = score(variant, X, K, cost, tr, te, d)
-    order = te[np.argsort(-sc, kind="stable")]
-    return int(np.flatnonzero(good[order])[0]) + 1
+    _, X, K, cost = space_arrays(t, FEATS[t.key][0])
+    return first_good_position(variant, X, K, cost, cost.min() / cost >= 0.95, n, d)[0]
 
 
 def main() -> None:
