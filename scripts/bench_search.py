@@ -413,7 +413,7 @@ def run_real(args: argparse.Namespace) -> dict:
             start = time.perf_counter()
             # confirm=0: the finalists are re-measured below, all strategies' together
             opts = TuneOptions(trials=trials, strategy=strategy, seed=args.seed, transfer=transfer,
-                               progress=True, confirm=0)
+                               progress=True, confirm=0, tuner_options=json.loads(args.tuner_options))
             s = tune_workload(wl, target, db, opts, builder, runner)
             rows = db.measurements(wl.key, target.key)
             curves_s[name] = [r.mean_s for r in rows]

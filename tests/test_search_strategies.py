@@ -209,8 +209,30 @@ def test_half_the_model_picks_keep_two_knobs_from_every_measured_config(replay: 
     def far(c: dict) -> bool:
         return all(sum(c[k.name] != m[k.name] for k in small.space.knobs) >= 2 for m in measured)
 
-    assert all(far(c) for c in batch[4:]), "the second half: away from everything measured"
-    assert not all(far(c) for c in batch[:4]), "the first half: the model's best, wherever they are"
+    # measured first (novel_first): they reach the best as often as the top picks, and a batch
+    # whose top picks circle a measured config gains most from the jump
+    assert all(far(c) for c in batch[:4]), "the first half: away from everything measured"
+    assert not all(far(c) for c in batch[4:]), "the second half: the model's best, wherever they are"
+
+
+def test_the_last_share_of_the_budget_exploits_around_the_fastest_configs(replay: ReplayDB, small) -> None:
+    ctx = TuneContext(small.workload, small.target, None, transfer=False, budget=40,
+                      options={**FAST, "endgame": 0.25})
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    runner = ReplayRunner(replay, small.workload, small.target)
+
+    def step() -> tuple[list[dict], list[dict]]:
+        tuner._train()  # (next_batch would; done here to read the neighbours it would take)
+        local = [c for _, c in tuner._local_candidates()[:4]]
+        batch = tuner.next_batch(8)
+        tuner.update(batch, [t.mean_s for t in runner.measure(batch, [[] for _ in batch])])
+        return batch, local
+
+    early = [step() for _ in range(4)]  # 0 / 8 / 16 / 24 of 40 measured: searching as usual
+    assert not all(batch[:4] == local for batch, local in early[1:])
+    late, local = step()  # from 30 of 40 on: first the best-scored neighbours of the fastest configs
+    assert late[:4] == local and len(late) == 8
+    assert len(tuner.measured) == 40 and tuner.budget == 40
 
 
 def test_knob_features_read_the_knobs_and_transfer_through_an_ir_prior(replay: ReplayDB, small) -> None:

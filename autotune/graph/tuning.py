@@ -110,7 +110,9 @@ class _TaskSession:
         register(db, wl, target)
         self.space = make_space(wl, target)
         done = db.measured_config_keys(wl.key, target.key)
-        context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)
+        # the scheduler hands out a task's trials as it goes: no per-task budget to plan with
+        context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop,
+                              options=dict(options.tuner_options))
         # a space without knobs (one config: a softmax, a pool) needs no model to search it
         self.strategy = options.strategy if self.space.knobs else "random"
         self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)

@@ -19,7 +19,8 @@ class TuneContext:
     unless ``transfer`` is False). ``transfer_samples`` (cost_model Samples) replaces reading the DB
     for transfer, and ``feature_cache`` (config_key -> features) is shared between tuners of one
     workload; both are for benchmarks that run many tuners. ``early_stop``: stop after this many
-    trials without a better config (None: never).
+    trials without a better config (None: never). ``budget``: the trials this task will get in
+    all, earlier ones included (None: unknown), for tuners that change course near the end.
     """
 
     workload: Workload
@@ -30,3 +31,4 @@ class TuneContext:
     transfer_samples: list | None = None
     feature_cache: dict | None = None
     options: dict = field(default_factory=dict)  # extra tuner keyword options (e.g. eps, chains)
+    budget: int | None = None

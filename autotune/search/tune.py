@@ -35,6 +35,7 @@ class TuneOptions:
     # `confirm_rounds` more times, interleaved (see confirm_finalists); 0 turns it off
     confirm: int = 3
     confirm_rounds: int = 2
+    tuner_options: dict = field(default_factory=dict)  # keyword options of model-guided tuners
 
 
 CONFIRM_LABEL = "confirm"  # the tuner label of confirmation records (not trials of a search)
@@ -106,7 +107,8 @@ def tune_workload(
     space = getattr(measurer, "space", None) or make_space(wl, target)
     done_keys = db.measured_config_keys(wl.key, target.key)
     todo = max(0, options.trials - len(done_keys))
-    context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop)
+    context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop,
+                          options=dict(options.tuner_options), budget=options.trials)
     tuner = make_tuner(options.strategy, space, options.seed, done_keys, context=context)
     best = db.best(wl.key, target.key)
     best_s = best.mean_s if best else math.inf

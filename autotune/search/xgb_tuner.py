@@ -25,11 +25,12 @@ class ModelTuner:
 
     def __init__(self, space: SearchSpace, seed: int = 0, exclude: set[str] | None = None,
                  context: TuneContext | None = None, model: str = "xgb", transfer: bool = True, *,
-                 eps: float = 0.1, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
+                 eps: float = 0.0, local: float = 0.0, elite: int = 3, chains: int = 32, sa_steps: int = 12,
                  diversity: int = 2, rank_temp: float = 0.0,
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  features: str = "both", model_options: dict | None = None, first: str = "random",
-                 own_share: float = 1.0, novel: float = 0.5) -> None:
+                 own_share: float = 1.0, novel: float = 0.5, novel_first: bool = True,
+                 endgame: float = 0.25) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -71,6 +72,11 @@ class ModelTuner:
         self.transfer_until = transfer_until  # own measurements after which transfer data is dropped
         self.own_share = own_share  # the task's own samples weigh this many times all transfer data
         self.novel = novel  # share of the model's picks kept `diversity` knobs from every measured config
+        self.novel_first = novel_first  # measure those first (they reach the best more often)
+        # the last `endgame` share of the trial budget (context.budget) only exploits: no random or
+        # novel picks, and half the model's picks are neighbours of the fastest measured configs
+        self.endgame = endgame
+        self.budget = context.budget if context is not None else None
         self._codes_of = [{_hashable(o): j for j, o in enumerate(k.options)} for k in space.knobs]
         self.cache: dict[str, np.ndarray | None] = (
             context.feature_cache if context is not None and context.feature_cache is not None else {})
@@ -361,10 +367,12 @@ class ModelTuner:
         if self._dirty:
             self._train()
         taken: set[str] = set()
-        n_random = n if not self.trained else int((self.rng.random(n) < self.eps).sum())
+        late = bool(self.endgame and self.budget and len(self.measured) >= (1 - self.endgame) * self.budget)
+        eps, novel, local = (0.0, 0.0, max(self.local, 0.5)) if late else (self.eps, self.novel, self.local)
+        n_random = n if not self.trained else int((self.rng.random(n) < eps).sum())
         picked: list[Config] = []
         if n_random < n:
-            n_local = min(n - n_random, int(round(self.local * n)))
+            n_local = min(n - n_random, int(round(local * n)))
             for _, c in (self._local_candidates()[:n_local] if n_local > 0 else []):
                 taken.add(config_key(c))
                 picked.append(c)
@@ -375,10 +383,13 @@ class ModelTuner:
                 order = self.rng.choice(len(ranked), size=len(ranked), replace=False, p=w / w.sum())
                 ranked = [ranked[i] for i in order]
             n_model = n - n_random - len(picked)
-            n_novel = int(round(self.novel * n_model))
+            n_novel = int(round(novel * n_model))
             self._take(ranked, n_model - n_novel, taken, picked)
             if n_novel:  # the rest away from every measured config: a jump to another basin
+                top = len(picked)
                 self._take(ranked, n_novel, taken, picked, away=[c for c, _ in self.measured])
+                if self.novel_first:
+                    picked = picked[top:] + picked[:top]
         if not self.trained and self.first == "diverse":
             picked += self._diverse_unseen(n - len(picked), taken)
         picked += self._random_unseen(n - len(picked), taken)
