@@ -430,7 +430,8 @@ def run_real(args: argparse.Namespace) -> dict:
         results[name]["trials_to_target"] = hit
         at = {n: wl.flops / min(costs[:n]) / 1e9 for n in (args.trials, args.random_trials)
               if len(costs) >= n}
-        print(f"{name}: reaches {args.fraction:.0%} of the best found by any strategy after {hit} trials; "
+        when = f"after {hit} trials" if hit is not None else f"never in its {len(costs)} trials"
+        print(f"{name}: reaches {args.fraction:.0%} of the best found by any strategy {when}; "
               + ", ".join(f"best at {n}: {g:.2f} GFLOP/s" for n, g in at.items()))
     for name, per_config in again.items():
         results[name]["remeasured"] = per_config

@@ -209,8 +209,7 @@ def test_half_the_model_picks_keep_two_knobs_from_every_measured_config(replay: 
     def far(c: dict) -> bool:
         return all(sum(c[k.name] != m[k.name] for k in small.space.knobs) >= 2 for m in measured)
 
-    # measured first (novel_first): they reach the best as often as the top picks, and a batch
-    # whose top picks circle a measured config gains most from the jump
+    # (novel_first: the far half is measured first)
     assert all(far(c) for c in batch[:4]), "the first half: away from everything measured"
     assert not all(far(c) for c in batch[4:]), "the second half: the model's best, wherever they are"
 
