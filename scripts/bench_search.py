@@ -49,6 +49,17 @@ STRATEGIES = {  # name -> (tuner strategy, transfer)
 }
 
 
+def _json_object(text: str) -> dict:
+    """--tuner-options: a JSON object, read once when the arguments are parsed."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a JSON object is needed, e.g. '{\"eps\": 0.2}'")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--replay", default=str(DEFAULT_REPLAY), help="fully measured records (DB or .jsonl.gz)")
@@ -65,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer-extra", help="records of more workloads (DB or .jsonl.gz) that join every "
                    "run's transfer pool, as a tuning DB holding more workloads would (the benchmark's own "
                    "workload/target pairs are skipped)")
-    p.add_argument("--tuner-options", default="{}",
+    p.add_argument("--tuner-options", default="{}", type=_json_object,
                    help='JSON keyword options of the model-guided tuners, e.g. \'{"eps": 0.2}\'')
     p.add_argument("--png", default="bench_search.png", help="tuning-curve plot (default bench_search.png)")
     p.add_argument("--json", help="write every run's costs and the summary here")
@@ -242,7 +253,7 @@ def _one_run(item: tuple) -> dict:
 
     costs = replay_tune(replay, task, strategy, len(task.records), seed=seed, batch_size=args.batch_size,
                         transfer=transfer, transfer_samples=samples, feature_cache=dict(feats[key][0]),
-                        tuner_options=json.loads(args.tuner_options), stop_when=done)
+                        tuner_options=args.tuner_options, stop_when=done)
     return {"workload": task.label, "strategy": name, "seed": seed,
             "trials_to_target": trials_to_reach(costs, task.best_s, args.fraction),
             "costs": [c if math.isfinite(c) else None for c in costs],
@@ -413,7 +424,7 @@ def run_real(args: argparse.Namespace) -> dict:
             start = time.perf_counter()
             # confirm=0: the finalists are re-measured below, all strategies' together
             opts = TuneOptions(trials=trials, strategy=strategy, seed=args.seed, transfer=transfer,
-                               progress=True, confirm=0, tuner_options=json.loads(args.tuner_options))
+                               progress=True, confirm=0, tuner_options=args.tuner_options)
             s = tune_workload(wl, target, db, opts, builder, runner)
             rows = db.measurements(wl.key, target.key)
             curves_s[name] = [r.mean_s for r in rows]

@@ -34,6 +34,13 @@ def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
     assert set(medians) == {"random", "xgb", "random_exact"} and all(v > 0 for v in medians.values())
 
 
+def test_tuner_options_that_are_not_a_json_object_are_refused_at_once() -> None:
+    for bad, says in (("{bad", "not JSON"), ("[1]", "a JSON object is needed")):
+        r = subprocess.run([sys.executable, SCRIPT, "--real", "--tuner-options", bad],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_unknown_workload_is_refused_by_name() -> None:
     r = subprocess.run([sys.executable, SCRIPT, "--workloads", "matmul;nope", "--seeds", "1"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
