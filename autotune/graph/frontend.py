@@ -91,7 +91,7 @@ def _type_of(vi: Any) -> tuple[list[int | str | None], str]:
     dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))) if tt.elem_type else "float32"
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value"):
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param or None)
@@ -166,6 +166,11 @@ def from_onnx(
         if vi.name in consts:
             continue
         dims, dtype = _type_of(vi)
+        bad = [d for d in dims if isinstance(d, int) and d <= 0]
+        if bad:
+            what = "a 0-sized dim" if bad[0] == 0 else f"a negative dim ({bad[0]})"
+            errors.append(f"input {vi.name!r} has {what} in {dims}; empty tensors are not supported")
+            continue
         if vi.name in given:
             shape = given[vi.name]
             if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape)):
