@@ -26,6 +26,9 @@ setup(
         "plot": ["matplotlib"],  # scripts/bench_search.py tuning curves
         # bench.py --model --target cuda: the PyTorch eager / torch.compile baseline (GPU machines)
         "torch": ["torch"],
+        # bench/gallery: torchvision / Hugging Face architectures exported by both PyTorch exporters
+        # (onnxscript: the dynamo exporter), checked and timed against onnxruntime
+        "models": ["torch", "torchvision", "transformers", "onnxscript", "onnxruntime>=1.16"],
     },
     entry_points={
         "console_scripts": [

@@ -1,0 +1,5 @@
+import sys
+
+from .gallery import main
+
+sys.exit(main())

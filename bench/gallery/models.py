@@ -1,0 +1,214 @@
+"""The gallery's models: torchvision classifiers and Hugging Face encoders/decoders, random weights,
+batch 1, nothing downloaded.
+
+Each :class:`ModelSpec` names how to build the PyTorch module (imported lazily: torch, torchvision
+and transformers are the ``[models]`` extra, never needed to read this list) and what its inputs
+are, so that the evaluation side can make random inputs of the right kind without torch.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+SEQ = 128  # tokens per sequence for the text models
+IMAGE = 224
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: an image (float32, standard normal), token ids (int64 in [0, vocab)) or an
+    attention mask (int64 ones then zeros: a padded sequence)."""
+
+    name: str
+    kind: str  # "image" | "token_ids" | "attention_mask"
+    shape: tuple[int, ...]
+    vocab: int = 0
+
+    @property
+    def dtype(self) -> str:
+        return "float32" if self.kind == "image" else "int64"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "shape": list(self.shape), "vocab": self.vocab}
+
+    @staticmethod
+    def from_json(d: dict) -> InputSpec:
+        return InputSpec(d["name"], d["kind"], tuple(d["shape"]), int(d.get("vocab", 0)))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A gallery model: ``rank`` orders the cheap ones first (export and compile time)."""
+
+    name: str
+    family: str
+    rank: int
+    build: Callable[[], Any] = field(repr=False, compare=False)
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[str, ...] = ("logits",)
+    note: str = ""
+
+
+# --- torchvision ------------------------------------------------------------------------------------
+def import_torchvision(skip_registrations: bool = False) -> Any:
+    """``torchvision``, importable even where its compiled custom operators (``torchvision::nms``,
+    ``roi_align``, ...) do not load against the installed torch.
+
+    A torchvision wheel built for another torch variant (PyPI's CUDA build next to a CPU torch) fails
+    at import in the modules that register those operators' meta/autograd kernels and ONNX
+    symbolics. The classification models use none of them, so when the plain import fails (or with
+    ``skip_registrations``) the three registration modules are replaced by empty ones and the import
+    is tried again; detection ops (``torchvision.ops.nms`` ...) are then unusable, nothing else is.
+    """
+    if not skip_registrations:
+        try:
+            import torchvision
+
+            return torchvision
+        except Exception as err:  # noqa: BLE001 - any failure of the registrations: retry without them
+            first = err
+            for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+                del sys.modules[mod]
+    else:
+        first = None
+    stubs = {
+        "torchvision._meta_registrations": {},
+        "torchvision._autograd_registrations": {},
+        "torchvision.ops._register_onnx_ops": {"_register_custom_op": lambda: None},
+    }
+    for name, attrs in stubs.items():
+        mod = types.ModuleType(name, "skipped: torchvision's custom-op registrations (import_torchvision)")
+        mod.__dict__.update(attrs)
+        sys.modules[name] = mod
+    try:
+        import torchvision
+    except Exception as err:
+        raise ImportError(f"torchvision does not import, even without its custom-op registrations: {err}"
+                          + (f" (first error: {first})" if first else "")) from err
+    return torchvision
+
+
+def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        tv = import_torchvision()
+        return getattr(tv.models, name)(weights=None, **kwargs)
+
+    return build
+
+
+def _vit_tiny() -> Any:
+    tv = import_torchvision()
+    return tv.models.vision_transformer.VisionTransformer(
+        image_size=IMAGE, patch_size=16, num_layers=2, num_heads=2, hidden_dim=128, mlp_dim=512)
+
+
+def _image(size: int = IMAGE) -> tuple[InputSpec, ...]:
+    return (InputSpec("x", "image", (1, 3, size, size)),)
+
+
+# --- Hugging Face -----------------------------------------------------------------------------------
+TINY = {"layers": 2, "hidden": 128, "heads": 2, "ffn": 512}
+
+
+def _text(kind: str, tiny: bool) -> Callable[[], Any]:
+    """A builder of the transformers model ``kind`` (its default config, or the TINY sizes) wrapped so
+    that forward(input_ids, attention_mask) returns one tensor, the last hidden state."""
+
+    def build() -> Any:
+        import torch
+        import transformers as tf
+
+        t = TINY
+        if kind == "bert":
+            cfg = tf.BertConfig(**({"num_hidden_layers": t["layers"], "hidden_size": t["hidden"],
+                                    "num_attention_heads": t["heads"], "intermediate_size": t["ffn"]}
+                                   if tiny else {}))
+            model = tf.BertModel(cfg, add_pooling_layer=False)
+        elif kind == "roberta":
+            cfg = tf.RobertaConfig(**({"num_hidden_layers": t["layers"], "hidden_size": t["hidden"],
+                                       "num_attention_heads": t["heads"], "intermediate_size": t["ffn"]}
+                                      if tiny else {}))
+            model = tf.RobertaModel(cfg, add_pooling_layer=False)
+        elif kind == "distilbert":
+            cfg = tf.DistilBertConfig(**({"n_layers": t["layers"], "dim": t["hidden"], "n_heads": t["heads"],
+                                          "hidden_dim": t["ffn"]} if tiny else {}))
+            model = tf.DistilBertModel(cfg)
+        elif kind == "gpt2":
+            cfg = tf.GPT2Config(**({"n_layer": t["layers"], "n_embd": t["hidden"], "n_head": t["heads"]}
+                                   if tiny else {}))
+            cfg.use_cache = False
+            model = tf.GPT2Model(cfg)
+        elif kind == "t5_encoder":
+            cfg = tf.T5Config(**({"num_layers": t["layers"], "d_model": t["hidden"], "num_heads": t["heads"],
+                                  "d_ff": t["ffn"], "d_kv": t["hidden"] // t["heads"]} if tiny else {}))
+            cfg.use_cache = False
+            model = tf.T5EncoderModel(cfg)
+        else:
+            raise ValueError(f"unknown text model kind {kind!r}")
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+                return out[0]
+
+        return Wrapped()
+
+    return build
+
+
+_VOCAB = {"bert": 30522, "roberta": 50265, "distilbert": 30522, "gpt2": 50257, "t5_encoder": 32128}
+_FAMILY = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT", "gpt2": "GPT-2",
+           "t5_encoder": "T5 encoder"}
+
+
+def _tokens(kind: str) -> tuple[InputSpec, ...]:
+    v = _VOCAB[kind]
+    return (InputSpec("input_ids", "token_ids", (1, SEQ), v), InputSpec("attention_mask", "attention_mask",
+                                                                          (1, SEQ), v))
+
+
+def _specs() -> list[ModelSpec]:
+    v: list[tuple[str, str, int, Callable[[], Any], tuple[InputSpec, ...], str]] = [
+        ("squeezenet1_1", "SqueezeNet", 1, _tv("squeezenet1_1"), _image(), ""),
+        ("mobilenet_v3_small", "MobileNet V3", 2, _tv("mobilenet_v3_small"), _image(), ""),
+        ("shufflenet_v2_x1_0", "ShuffleNet", 3, _tv("shufflenet_v2_x1_0"), _image(), ""),
+        ("resnet18", "ResNet", 4, _tv("resnet18"), _image(), ""),
+        ("mnasnet1_0", "MNASNet", 5, _tv("mnasnet1_0"), _image(), ""),
+        ("mobilenet_v2", "MobileNet V2", 6, _tv("mobilenet_v2"), _image(), ""),
+        ("squeezenet1_0", "SqueezeNet", 7, _tv("squeezenet1_0"), _image(), ""),
+        ("regnet_x_400mf", "RegNet", 8, _tv("regnet_x_400mf"), _image(), ""),
+        ("regnet_y_400mf", "RegNet", 9, _tv("regnet_y_400mf"), _image(), ""),
+        ("vit_tiny", "ViT", 10, _vit_tiny, _image(), "ViT-B/16's architecture, 2 layers of width 128"),
+        ("mobilenet_v3_large", "MobileNet V3", 11, _tv("mobilenet_v3_large"), _image(), ""),
+        ("efficientnet_b0", "EfficientNet V1", 12, _tv("efficientnet_b0"), _image(), ""),
+        ("googlenet", "GoogLeNet", 13, _tv("googlenet", aux_logits=False, init_weights=True), _image(), ""),
+        ("resnet50", "ResNet", 14, _tv("resnet50"), _image(), ""),
+        ("densenet121", "DenseNet", 15, _tv("densenet121"), _image(), ""),
+        ("resnext50_32x4d", "ResNeXt", 16, _tv("resnext50_32x4d"), _image(), ""),
+        ("convnext_tiny", "ConvNeXt", 17, _tv("convnext_tiny"), _image(), ""),
+        ("efficientnet_v2_s", "EfficientNet V2", 18, _tv("efficientnet_v2_s"), _image(), ""),
+        ("inception_v3", "Inception", 19, _tv("inception_v3", aux_logits=False, init_weights=True),
+         _image(299), "299x299 input"),
+        ("swin_t", "Swin", 20, _tv("swin_t"), _image(), ""),
+        ("wide_resnet50_2", "Wide-ResNet", 21, _tv("wide_resnet50_2"), _image(), ""),
+        ("maxvit_t", "MaxViT", 22, _tv("maxvit_t"), _image(), ""),
+        ("vit_b_16", "ViT", 23, _tv("vit_b_16"), _image(), ""),
+    ]
+    out = [ModelSpec(n, f, r, b, i, ("logits",), note) for n, f, r, b, i, note in v]
+    for j, kind in enumerate(("bert", "distilbert", "roberta", "gpt2", "t5_encoder")):
+        tiny = f"{TINY['layers']} layers, hidden {TINY['hidden']}, {TINY['heads']} heads, ffn {TINY['ffn']}"
+        out.append(ModelSpec(f"{kind}_tiny", _FAMILY[kind], 1 + j, _text(kind, True), _tokens(kind),
+                             ("last_hidden_state",), f"the default config at {tiny}"))
+        out.append(ModelSpec(kind, _FAMILY[kind], 24 + j, _text(kind, False), _tokens(kind),
+                             ("last_hidden_state",), "the default config"))
+    return sorted(out, key=lambda s: (s.rank, s.name))
+
+
+MODELS: dict[str, ModelSpec] = {s.name: s for s in _specs()}
