@@ -131,7 +131,8 @@ def _compile(workload: Workload, target: Target, steps: list[Step], builder: Bui
 def build_kernel(workload: Workload, target: Target, db: TuningDatabase | None = None,
                  builder: Builder | None = None) -> CompiledKernel:
     """Compile ``workload`` with the best schedule recorded in ``db`` for ``target``; without one
-    (or if it no longer builds) warn loudly on stderr and use the space's default schedule."""
+    (or if it no longer builds) warn loudly on stderr and use the space's rule-based default
+    schedule (``SearchSpace.default_config``)."""
     builder = builder or Builder(workers=1)
     where = f"{workload_label(workload)} on {target.kind} {target.key}"
     record = db.best(workload.key, target.key) if db is not None else None
@@ -147,12 +148,15 @@ def build_kernel(workload: Workload, target: Target, db: TuningDatabase | None =
             _warn(f"tuned schedule for {where} failed to build ({why}); "
                   "using the default schedule (re-tune with scripts/tune.py)")
     space = make_space(workload, target)
-    config = space.sample(np.random.default_rng(0))
-    steps = space.steps(config)
-    try:
-        program, lib = _compile(workload, target, steps, builder)
-    except ScheduleError as err:
-        raise CompileError(f"default schedule of {where} is invalid: {_first_line(str(err))}") from None
-    except CompileError as err:
-        raise CompileError(f"default schedule of {where} failed to build: {err}") from None
-    return CompiledKernel(workload, target, steps, config, program, lib, tuned=False)
+    problem = ""
+    for config in space.default_configs():  # the rules' configs, best first
+        steps = space.steps(config)
+        try:
+            program, lib = _compile(workload, target, steps, builder)
+        except ScheduleError as err:
+            problem = f"is invalid: {_first_line(str(err))}"
+        except CompileError as err:
+            problem = f"failed to build: {err}"
+        else:
+            return CompiledKernel(workload, target, steps, config, program, lib, tuned=False)
+    raise CompileError(f"default schedule of {where} {problem}")

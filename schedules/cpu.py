@@ -29,6 +29,7 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 from autotune.schedule import (
     AnnotateStep,
@@ -48,6 +49,7 @@ from autotune.schedule import (
 from autotune.target import Target
 from autotune.te import Workload
 
+from .defaults import cpu_defaults
 from .sketch import Sketch
 from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
 
@@ -175,7 +177,11 @@ class CpuSketch(Sketch):
                 ("parallelism", self._parallel_ok),
                 ("registers", self._registers_loop_ok),
             ]
-        return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
+        return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints,
+                           rules=self._defaults)
+
+    def _defaults(self, space: SearchSpace) -> Iterator[Config]:
+        return cpu_defaults(self, space)
 
     def _t(self, c: Config, axis: str) -> list[int]:
         return c[f"tile_{axis}"]

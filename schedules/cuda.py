@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
+from typing import Iterator
 
 from autotune.ir.simplify import linear
 from autotune.schedule import (
@@ -41,6 +42,7 @@ from autotune.schedule import (
 )
 from autotune.te.expr import TensorRead, free_vars, walk
 
+from .defaults import cuda_defaults
 from .sketch import Sketch
 from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
 
@@ -68,6 +70,7 @@ class CudaSketch(Sketch):
                 knobs,
                 self.steps,
                 [("vector_width", self._row_vector_ok)],
+                rules=self._defaults,
             )
         if self.mode not in ("cache_write", "epilogue"):
             knobs = [ChoiceKnob("threads", THREAD_CHOICES), ChoiceKnob("vector", (1, 4))]
@@ -76,6 +79,7 @@ class CudaSketch(Sketch):
                 knobs,
                 self.steps,
                 [("vector_width", self._simple_vector_ok)],
+                rules=self._defaults,
             )
         knobs: list = [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
         knobs += [SplitKnob(f"tile_{a}", e, 2) for a, e in zip(self.reduce_axes, self.reduce_extents)]
@@ -102,7 +106,11 @@ class CudaSketch(Sketch):
                 lambda c: not c["unroll_k"] or math.prod(self._t(c, r)[1] for r in self.reduce_axes) <= 32,
             ),
         ]
-        return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints)
+        return SearchSpace(f"cuda/{self.mode}/{self.workload.name}", knobs, self.steps, constraints,
+                           rules=self._defaults)
+
+    def _defaults(self, space: SearchSpace) -> Iterator[Config]:
+        return cuda_defaults(self, space)
 
     @cached_property
     def padded_inputs(self) -> list[str]:

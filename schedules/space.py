@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -72,6 +72,8 @@ class SearchSpace:
     to_steps: Callable[[Config], list[Step]]
     constraints: list[tuple[str, Callable[[Config], bool]]] = field(default_factory=list)
     version: int = 1
+    # rule-based configs for a task with no records, best first (schedules.defaults)
+    rules: Callable[[SearchSpace], Iterable[Config]] | None = field(default=None, compare=False)
 
     def without(self, names: set[str]) -> SearchSpace:
         """The space with the named knobs removed: configs no longer carry them and the steps take
@@ -141,6 +143,26 @@ class SearchSpace:
             if self.is_valid(cfg):
                 return cfg
         raise RuntimeError(f"space {self.name}: no valid config found in {max_tries} samples")
+
+    def default_configs(self) -> list[Config]:
+        """The valid configs the space's rules propose for an untuned task, best first and without
+        repeats (knobs removed by ``without`` dropped); a deterministic function of the workload's
+        shape and the target, never a sample."""
+        if self.rules is None:
+            raise RuntimeError(f"space {self.name}: no default rules")
+        names = {k.name for k in self.knobs}
+        out: list[Config] = []
+        for proposal in self.rules(self):
+            cfg = {k: v for k, v in proposal.items() if k in names}
+            if cfg not in out and self.is_valid(cfg):
+                out.append(cfg)
+        if not out:
+            raise RuntimeError(f"space {self.name}: its rules propose no valid config")
+        return out
+
+    def default_config(self) -> Config:
+        """The schedule an untuned task compiles with: the rules' best valid config."""
+        return self.default_configs()[0]
 
     def neighbours(self, config: Config) -> list[Config]:
         """Valid configs that differ from ``config`` in one knob."""
