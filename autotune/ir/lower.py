@@ -66,7 +66,8 @@ class Placed:
     tiles: list[Expr] | None = None  # prepacked: per-dim tile index, before the in-tile index
 
 
-def _cname(text: str) -> str:
+def c_name(text: str) -> str:
+    """``text`` as a C identifier's characters: anything but ASCII letters, digits and _ becomes _."""
     return re.sub(r"[^0-9a-zA-Z_]", "_", text)
 
 
@@ -83,7 +84,7 @@ class _Lowerer:
         self.placed: dict[Tensor, Placed] = {}
         self.arg_buffers = []
         for t in args:
-            buf = Buffer(_cname(t.name), t.dtype, t.shape, "arg")
+            buf = Buffer(c_name(t.name), t.dtype, t.shape, "arg")
             self.arg_buffers.append(buf)
             self.placed[t] = Placed(buf)
         self.attached: dict[Loop, list[Stage]] = {}
@@ -97,7 +98,7 @@ class _Lowerer:
         stmt = seq(*nests)
         for buf in reversed(heap):
             stmt = Allocate(buf, stmt)
-        return PrimFunc(_cname(name), self.arg_buffers, stmt)
+        return PrimFunc(c_name(name), self.arg_buffers, stmt)
 
     def run_stages(self) -> tuple[list[Buffer], list[Stmt]]:
         """Kernel-owned intermediate buffers and one loop nest per root stage."""
@@ -110,7 +111,7 @@ class _Lowerer:
             if st.tensor not in self.placed:
                 if st.scope != "global":
                     raise ScheduleError(f"{st.scope} stage {st.name} must be computed at a consumer loop")
-                buf = Buffer(_cname(st.name), st.tensor.dtype, st.tensor.shape, "global")
+                buf = Buffer(c_name(st.name), st.tensor.dtype, st.tensor.shape, "global")
                 if buf.name in arg_names:
                     raise ScheduleError(f"buffer name clash: {buf.name}")
                 heap.append(buf)
@@ -146,7 +147,7 @@ class _Lowerer:
                     ext[rel.inner] = -(-pe // ext[rel.outer])
             else:
                 ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
-        lvar = {lp: Var(_cname(f"{st.name}_{lp.name}")) for lp in st.leaf_loops}
+        lvar = {lp: Var(c_name(f"{st.name}_{lp.name}")) for lp in st.leaf_loops}
         value: dict[Loop, Expr] = dict(lvar)
         guards: list[tuple[Expr, bool]] = []  # (condition, involves reduction)
         for rel in reversed(st.relations):
@@ -299,7 +300,7 @@ class _Lowerer:
         elems = math.prod(buf.shape[len(tiles) :])
         # a tile that is not a whole number of lines starts mid-line: one line more
         lines = -(-elems // per_line) + (1 if elems % per_line else 0)
-        j = Var(_cname(f"{att.name}_pf"))
+        j = Var(c_name(f"{att.name}_pf"))
         if spread is not None and spread[2] in SERIAL_KINDS:
             step = -(-lines // spread[1])
             first: Expr = spread[0] * step
@@ -384,7 +385,7 @@ class _Lowerer:
         shape = [e for _, e in region]
         shape[-1] += att.storage_pad
         scope = "shared" if att.scope == "shared" else "local"
-        buf = Buffer(_cname(att.name), att.tensor.dtype, tuple(shape), scope)
+        buf = Buffer(c_name(att.name), att.tensor.dtype, tuple(shape), scope)
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
         return region
 
@@ -397,7 +398,7 @@ class _Lowerer:
         loops visit them (``loops``: the consumer's loops around the copy, outermost first; a tile
         dim that moves with an inner loop is stored inner), so a cold operand streams in order."""
         src = att.body.tensor
-        pos = next((i for i, b in enumerate(self.arg_buffers) if b.name == _cname(src.name)), None)
+        pos = next((i for i, b in enumerate(self.arg_buffers) if b.name == c_name(src.name)), None)
         if pos is None:
             raise ScheduleError(f"prepacked {src.name} is not a kernel argument")
         tiles: list[Expr] = []
@@ -423,7 +424,7 @@ class _Lowerer:
             order=order,
         )
         tiles = [tiles[d] for d in order]
-        buf = Buffer(_cname(src.name), src.dtype, spec.shape, "arg", prepack=spec)
+        buf = Buffer(c_name(src.name), src.dtype, spec.shape, "arg", prepack=spec)
         self.arg_buffers[pos] = buf
         self.placed[att.tensor] = Placed(buf, [m for m, _ in region], tiles)
         return region
