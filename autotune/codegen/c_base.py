@@ -35,8 +35,11 @@ from ..te.expr import (
     Var,
 )
 
-DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 4}
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "int"}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+# bool is one byte, as in numpy, so boolean tensors cross the module boundary unconverted
+C_TYPES = {
+    "float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "unsigned char",
+}
 _INT_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from autotune.aligned import aligned_empty
+from autotune.ir.lower import c_name
 from autotune.prepack import prepack_array
 from autotune.program import CudaSource, Program, build_cuda_program, build_program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
@@ -26,6 +27,7 @@ from autotune.target import Target, cpu_target
 from records import TuningDatabase
 from schedules import make_space
 
+from .feeds import random_inputs
 from .frontend import from_onnx
 from .fusion import Group, fuse
 from .ir import Graph, GraphError, TensorType
@@ -301,10 +303,9 @@ class CompiledModule:
         return self.executable.lib_path
 
     def random_inputs(self, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
-        rng = rng or np.random.default_rng(0)
-        return {
-            n: rng.standard_normal(self.graph.types[n].shape).astype(np.float32) for n in self.graph.inputs
-        }
+        """Random inputs of the model's types: float normal, indices within what they index (token
+        ids below the vocabulary size), other integers 0 or 1 (masks), bools either way."""
+        return random_inputs(self.graph, rng)
 
     def _outputs(self) -> list[np.ndarray]:
         return [
@@ -499,7 +500,7 @@ def _build(prepared: Prepared, choices: Sequence[KernelChoice], backend: Any) ->
     graph, calls = with_prepacked_weights(prepared.graph, prepared.calls, [kernels[n].program for n in names])
     plan = plan_memory(graph, calls)
     call_kernels = [names[call.task] for call in calls]
-    entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in graph.name)[:40]
+    entry = "model_" + c_name(graph.name)[:40]
     lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
     return _Built(entry, list(kernels.values()), calls, call_kernels, graph, plan,
                   backend.load(lib, entry, graph, plan))
@@ -520,10 +521,8 @@ def _rerank(prepared: Prepared, choices: list[KernelChoice], target: Target, db:
     if depth < 2:
         return choices, []
     times: dict[tuple[str, int], list[float]] = {}
-    rng = np.random.default_rng(0)
     types = prepared.graph.types
-    arrays = check_inputs(prepared.graph, [rng.standard_normal(types[n].shape).astype(types[n].dtype)
-                                           for n in prepared.graph.inputs])
+    arrays = check_inputs(prepared.graph, random_inputs(prepared.graph, np.random.default_rng(0)))
     outs = [aligned_empty(types[o].shape, types[o].dtype) for o in prepared.graph.outputs]
     for _ in range(rounds):
         for j in range(depth):

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
-from .ops import OPS, attr_problem
+from .ops import KERNEL_DTYPES, OPS, attr_problem
 
 
 class ModelImportError(GraphError):
@@ -131,8 +131,6 @@ def from_onnx(
 
     model = _load(source)
     problems = unsupported(model)
-    if problems:
-        raise UnsupportedModelError(problems)
     g = model.graph
     _check_defined(
         [
@@ -144,6 +142,8 @@ def from_onnx(
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
+        if problems:
+            raise UnsupportedModelError(problems) from None
         first = str(err).strip().splitlines()[0] if str(err).strip() else "validation failed"
         raise ModelImportError(f"invalid ONNX model: {first}") from None
     opset = _opset(model)
@@ -155,21 +155,22 @@ def from_onnx(
     types: dict[str, TensorType] = {k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()}
     given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
     inputs: list[str] = []
-    errors: list[str] = []
     names = [vi.name for vi in g.input if vi.name not in consts]
     for k in given:
         if k not in names:
             raise ModelImportError(
                 f"--input-shape names {k!r}, which is not an input (inputs: {', '.join(names)})"
             )
+    dynamic = False
     for vi in g.input:
         if vi.name in consts:
             continue
+        inputs.append(vi.name)
         dims, dtype = _type_of(vi)
         bad = [d for d in dims if isinstance(d, int) and d <= 0]
         if bad:
             what = "a 0-sized dim" if bad[0] == 0 else f"a negative dim ({bad[0]})"
-            errors.append(f"input {vi.name!r} has {what} in {dims}; empty tensors are not supported")
+            problems.append(f"input {vi.name!r} has {what} in {dims}; empty tensors are not supported")
             continue
         if vi.name in given:
             shape = given[vi.name]
@@ -179,21 +180,19 @@ def from_onnx(
                 )
         elif any(not isinstance(d, int) for d in dims):
             shown = ",".join(str(d) if d is not None else "?" for d in dims)
-            errors.append(f"input {vi.name!r} has dynamic dims [{shown}]")
+            problems.append(f"input {vi.name!r} has dynamic dims [{shown}]")
+            dynamic = True
             continue
         else:
             shape = tuple(int(d) for d in dims)  # type: ignore[arg-type]
-        if dtype != "float32":
-            errors.append(f"input {vi.name!r} is {dtype}; only float32 model inputs are supported")
-        inputs.append(vi.name)
+        if dtype not in KERNEL_DTYPES:
+            problems.append(f"input {vi.name!r} is {dtype}; model inputs may be {', '.join(KERNEL_DTYPES)}")
+            continue
         types[vi.name] = TensorType(shape, dtype)
-    if errors:
-        hint = " (fix them with --input-shape NAME=D0,D1,...)" if any("dynamic" in e for e in errors) else ""
-        raise ModelImportError("; ".join(errors) + hint)
     nodes = []
     for i, n in enumerate(g.node):
         attrs = _attrs(n)
-        if n.op_type == "Softmax" and opset < 13:
+        if n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13:
             attrs["_legacy"] = True
         nodes.append(
             Node(n.op_type, list(n.input), [o for o in n.output], attrs, n.name or f"{n.op_type}_{i}")
@@ -206,7 +205,20 @@ def from_onnx(
     graph = Graph(g.name or "model", inputs, outputs, nodes, types, consts)
     from .passes import eliminate_dead_code, infer_types
 
-    graph = infer_types(graph, fold=fold)
+    if problems:
+        # every other problem too, before any work: nodes that cannot be typed (unsupported dtypes,
+        # operands that must be constants...), skipping those downstream of a problem already named
+        known = [n for n in nodes if n.op in OPS and not OPS[n.op].internal and not attr_problem(n)]
+        infer_types(Graph(graph.name, inputs, outputs, known, types, consts), fold=fold, problems=problems)
+        hint = " (fix dynamic dims with --input-shape NAME=D0,D1,...)" if dynamic else ""
+        problems[-1] += hint
+        raise UnsupportedModelError(problems)
+    collected: list[str] = []
+    typed = infer_types(graph, fold=fold, problems=collected)
+    if collected:
+        raise UnsupportedModelError(collected)
+    graph = typed
+    graph.validate()
     _check_declared_outputs(model, graph)
     return eliminate_dead_code(graph)
 

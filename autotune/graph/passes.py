@@ -8,6 +8,8 @@
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
+- ``split_to_slices``    Split -> one Slice per output
+- ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
 - ``optimize``           all of the above in order (the compiler's pipeline)
@@ -21,58 +23,93 @@ from typing import Callable
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, contiguous
-from .ops import ELEMWISE, FOLD, REWRITE, evaluate, op_def, transpose_perm
+from .ops import ELEMWISE, FOLD, FOLD_LIMIT_BYTES, REWRITE, evaluate, op_def, transpose_perm
 from .winograd import Plan, use_winograd  # also registers the Winograd operators
 
 Pass = Callable[[Graph], Graph]
 
 
 # --- inference and folding ------------------------------------------------------------------------
-def infer_types(graph: Graph, fold: bool = False) -> Graph:
+def infer_types(graph: Graph, fold: bool = False, problems: list[str] | None = None) -> Graph:
     """Recompute the type of every value. Shape computations (``fold``-kind ops) are always
-    evaluated; with ``fold`` every node whose inputs are all constants is evaluated too."""
+    evaluated; with ``fold`` every node whose inputs are all constants is evaluated too.
+
+    With a ``problems`` list, a node that cannot be typed adds its error there and inference goes on
+    (nodes reading its outputs are skipped), so every problem of a model is found in one run; the
+    returned graph is then incomplete and only good for reporting."""
     g = graph.copy()
-    types = {v: g.types[v] for v in g.inputs}
+    types = {v: g.types[v] for v in g.inputs if v in g.types}
     for k, arr in g.consts.items():
         types[k] = TensorType(tuple(arr.shape), str(arr.dtype))
     nodes: list[Node] = []
+    poisoned = {v for v in g.inputs if v not in g.types}
     for n in g.nodes:
-        d = op_def(n.op)
-        in_types = [types.get(i) if i else None for i in n.inputs]
-        for i, t in zip(n.inputs, in_types):
-            if i and t is None:
-                raise GraphError(f"node {n.name!r} ({n.op}) reads {i!r}, which is not defined before it")
-        in_consts = [g.consts.get(i) if i else None for i in n.inputs]
-        live_consts = [c for i, c in zip(n.inputs, in_consts) if i]
-        if n.op == "Cast" and in_consts and in_consts[0] is None:
-            to = n.attrs.get("to", 1)
-            if to != 1 or in_types[0].dtype != "float32":  # type: ignore[union-attr]
-                raise GraphError(f"Cast node {n.name!r}: only float32 -> float32 casts of computed values")
-            n = Node("Identity", n.inputs[:1], n.outputs, {}, n.name)
-            d = op_def("Identity")
-        all_const = all(c is not None for c in live_consts)
-        if n.op == "Shape" or (all_const and (d.kind == FOLD or (fold and live_consts))):
-            if n.op == "Shape":
-                vals = [np.asarray(types[n.inputs[0]].shape, dtype=np.int64)]
-                s = n.attrs.get("start", 0)
-                vals = [vals[0][s : n.attrs.get("end", len(vals[0]))]]
-            else:
-                vals = evaluate(n, [np.asarray(c) if c is not None else None for c in in_consts])
-            for o, v in zip(n.outputs, vals):
-                if o:
-                    arr = contiguous(v)
-                    g.consts[o] = arr
-                    types[o] = TensorType(tuple(arr.shape), str(arr.dtype))
+        if problems is not None:
+            if any(i in poisoned or i not in types for i in n.inputs if i):
+                poisoned.update(o for o in n.outputs if o)
+                continue
+            try:
+                _infer_node(g, n, types, nodes, fold)
+            except GraphError as err:
+                problems.append(str(err))
+                poisoned.update(o for o in n.outputs if o)
             continue
-        outs = d.infer(n, in_types, in_consts)
-        for o, t in zip(n.outputs, outs):
-            if o:
-                types[o] = t
-        nodes.append(n)
+        _infer_node(g, n, types, nodes, fold)
     g.nodes = nodes
     g.types = types
-    g.validate()
+    if problems is None:
+        g.validate()
     return g
+
+
+def _type_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool) -> None:
+    """Type (or fold) one node: its outputs' types go into ``types``, the node into ``nodes`` unless
+    folded into constants of ``g``."""
+    d = op_def(n.op)
+    in_types = [types.get(i) if i else None for i in n.inputs]
+    for i, t in zip(n.inputs, in_types):
+        if i and t is None:
+            raise GraphError(f"node {n.name!r} ({n.op}) reads {i!r}, which is not defined before it")
+    in_consts = [g.consts.get(i) if i else None for i in n.inputs]
+    live_consts = [c for i, c in zip(n.inputs, in_consts) if i]
+    all_const = all(c is not None for c in live_consts)
+    if n.op in ("Shape", "Size") or (all_const and (d.kind == FOLD or (fold and live_consts))):
+        if n.op in ("Shape", "Size"):
+            shape = types[n.inputs[0]].shape  # type: ignore[union-attr]
+            vals = evaluate(n, [np.broadcast_to(np.zeros((), np.uint8), shape)])  # no memory
+        else:
+            out_types = d.infer(n, in_types, in_consts)
+            size = sum(t.nbytes for t in out_types)
+            if size > FOLD_LIMIT_BYTES:
+                raise GraphError(
+                    f"{n.op} node {n.name!r}: folding it at import would make a {size >> 20} MiB constant"
+                )
+            vals = evaluate(n, [np.asarray(c) if c is not None else None for c in in_consts])
+        for o, v in zip(n.outputs, vals):
+            if o:
+                arr = contiguous(v)
+                g.consts[o] = arr
+                types[o] = TensorType(tuple(arr.shape), str(arr.dtype))
+        return
+    outs = d.infer(n, in_types, in_consts)
+    for o, t in zip(n.outputs, outs):
+        if o:
+            types[o] = t
+    nodes.append(n)
+
+
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError)
+
+
+def _infer_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool) -> None:
+    """:func:`_type_node`, with malformed attribute or operand values reported as a GraphError."""
+    try:
+        _type_node(g, n, types, nodes, fold)
+    except GraphError:
+        raise
+    except _MALFORMED as err:
+        raise GraphError(f"{n.op} node {n.name!r}: malformed attributes or operands ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -221,6 +258,13 @@ def canonicalize_gemm(graph: Graph) -> Graph:
         c = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None
         alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
         y_t = g.types[n.outputs[0]]
+        if n.attrs.get("transA", 0):
+            if a in g.consts:
+                a = _add_const(g, a + "_T", g.consts[a].T)
+            else:
+                at = _new_value(g, a + "_T", TensorType(g.types[a].shape[::-1], g.types[a].dtype))
+                out.append(Node("Transpose", [a], [at], {"perm": [1, 0]}, n.name + "_transA"))
+                a = at
         if n.attrs.get("transB", 0):
             if b in g.consts:
                 b = _add_const(g, b + "_T", g.consts[b].T)
@@ -484,6 +528,43 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
     return eliminate_dead_code(infer_types(g))
 
 
+def split_to_slices(graph: Graph) -> Graph:
+    """Split -> one Slice per output (each a view-free copy that fuses into its consumers)."""
+    from .ops.movement import split_sizes
+
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op != "Split":
+            out.append(n)
+            continue
+        x = g.types[n.inputs[0]]
+        consts = [g.consts.get(i) if i else None for i in n.inputs]
+        axis, sizes = split_sizes(n, x.shape, consts)
+        start = 0
+        for k, (o, size) in enumerate(zip(n.outputs, sizes)):
+            if o:
+                attrs = {"_starts": [start], "_ends": [start + size], "_axes": [axis], "_steps": [1]}
+                out.append(Node("Slice", n.inputs[:1], [o], attrs, f"{n.name}_{k}"))
+            start += size
+    g.nodes = out
+    return infer_types(g)
+
+
+def absorb_const_operands(graph: Graph) -> Graph:
+    """Constant operands that parametrise a kernel (``OpDef.const_operands``: axes, pads, starts...)
+    become attributes ``_<name>``, so the kernel's description carries them as values."""
+    g = graph.copy()
+    for n in g.nodes:
+        for pos, key in op_def(n.op).const_operands.items():
+            if pos < len(n.inputs) and n.inputs[pos] in g.consts:
+                n.attrs[f"_{key}"] = np.asarray(g.consts[n.inputs[pos]]).tolist()
+                n.inputs[pos] = ""
+        while n.inputs and not n.inputs[-1]:
+            n.inputs.pop()
+    return eliminate_dead_code(g)
+
+
 # --- the pipeline -----------------------------------------------------------------------------------
 def optimize(
     graph: Graph, layout: str = "NHWC", winograd: Plan = 0
@@ -492,6 +573,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd)."""
     g = fold_constants(graph)
     g = remove_identities(g)
+    g = split_to_slices(g)
     g = canonicalize_gemm(g)
     g = fuse_gelu(g)
     g = fold_batch_norm(g)
@@ -501,6 +583,7 @@ def optimize(
     g = fold_constants(g)
     if winograd:
         g = use_winograd(g, winograd)
+    g = absorb_const_operands(g)
     for n in g.nodes:
         if op_def(n.op).kind in (FOLD, REWRITE):
             raise GraphError(f"{n.op} node {n.name!r} has non-constant inputs the compiler cannot handle")

@@ -373,7 +373,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> lis
         arr = np.asarray(v)
         if arr.shape != t.shape:
             raise ValueError(f"input {n!r}: expected shape {t.shape}, got {arr.shape}")
-        if arr.dtype.kind not in "fiu":
+        if arr.dtype.kind not in "fiub" or not np.can_cast(arr.dtype, t.dtype, "same_kind"):
             raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
         arrays.append(aligned(np.asarray(arr, dtype=np.dtype(t.dtype))))
     return arrays

@@ -28,9 +28,8 @@ from autotune import te
 from autotune.te.registry import register_description
 from autotune.te.workload import Workload
 
-from . import te_ops
 from .ir import GraphError, Node
-from .ops import evaluate
+from .ops import build_te, evaluate
 
 OP_NAME = "graph_subgraph"
 
@@ -51,20 +50,21 @@ class SubgraphWorkload(Workload):
 def _resolve(arg: Any, inputs: list, values: list) -> Any:
     if arg is None:
         return None
-    kind, v = arg
+    kind, v = arg[0], arg[1]
     if kind == "in":
         return inputs[int(v)]
     if kind == "node":
         return values[int(v)]
     if kind == "scalar":
-        return float(v)
+        # a folded constant: ["scalar", v] is float32, ["scalar", v, dtype] any other type
+        return float(v) if len(arg) == 2 else np.asarray(v, dtype=arg[2])
     raise GraphError(f"bad subgraph argument {arg!r}")
 
 
 def reference(spec: dict, *arrays: np.ndarray) -> list[np.ndarray]:
     """Evaluate a subgraph description with numpy (the dtype of ``arrays``)."""
     values: list[np.ndarray] = []
-    dtype = arrays[0].dtype if arrays else np.float64
+    dtype = next((a.dtype for a in arrays if a.dtype.kind == "f"), np.dtype(np.float64))
     for j, nd in enumerate(spec["nodes"]):
         args = []
         for a in nd["args"]:
@@ -87,7 +87,7 @@ def build_workload(spec: dict) -> SubgraphWorkload:
     values: list[te.Tensor] = []
     for j, nd in enumerate(spec["nodes"]):
         args = [_resolve(a, inputs, values) for a in nd["args"]]
-        values.append(te_ops.build(nd["op"], nd["attrs"], args, f"{nd['op'].lower()}{j}"))
+        values.append(build_te(nd["op"], nd["attrs"], args, f"{nd['op'].lower()}{j}"))
     ranges = [tuple(d.get("range", (-1.0, 1.0))) for d in spec["inputs"]]
     return SubgraphWorkload(
         name=spec.get("name", "subgraph"),

@@ -7,13 +7,16 @@ import json
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .feeds import INDEXING_OPS, index_bound
 from .fusion import Group
 from .ir import Graph, GraphError, Node
 from .ops import describe_attrs
 from .subgraph import OP_NAME, SubgraphWorkload, build_workload
 
 # operand positions that must stay positive in random tuning inputs (denominators, roots)
-_POSITIVE = {"Div": (1,), "Sqrt": (0,), "Reciprocal": (0,), "Pow": (0,)}
+_POSITIVE = {"Div": (1,), "Mod": (1,), "Sqrt": (0,), "Reciprocal": (0,), "Pow": (0,), "Log": (0,)}
 
 _SHORT = {
     "Conv": "conv2d",
@@ -87,12 +90,17 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
             return None
         if v in producer:
             return ["node", visit(producer[v])]
-        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiu":
-            return ["scalar", float(g.consts[v].reshape(-1)[0])]
+        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiub":
+            c = g.consts[v]
+            if c.dtype == np.float32:
+                return ["scalar", float(c.reshape(-1)[0])]
+            return ["scalar", c.reshape(-1)[0].item(), str(c.dtype)]
         if v not in inputs:
             inputs.append(v)
         if pos in _POSITIVE.get(user.op, ()):
-            ranges[v] = (0.5, 1.5)
+            ranges[v] = (1, 4) if g.types[v].dtype.startswith("int") else (0.5, 1.5)
+        if user.op in INDEXING_OPS and pos == 1 and user.inputs[0] in g.types:
+            ranges[v] = (0, index_bound(user, g.types[user.inputs[0]].shape))
         return ["in", inputs.index(v)]
 
     def visit(n: Node) -> int:

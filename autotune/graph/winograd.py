@@ -31,7 +31,7 @@ from autotune.te import tensor as T
 from autotune.te.expr import Expr, all_of, as_expr
 
 from .ir import Graph, GraphError, Node, TensorType
-from .ops import REDUCE, Consts, Types, _float_only, _op, _same, conv_params
+from .ops import REDUCE, Arg, Consts, Types, conv_params, float_only, is_uniform_conv, register, same
 
 TILE_SIZES = (2, 4)  # m: outputs per tile side
 # the forms tried by default (tune.py --model, compile_model): both tile sizes, on either target
@@ -111,14 +111,14 @@ def _geometry(attrs: dict) -> tuple[int, int, int, int, int, int]:
     return (m, int(attrs.get("pad", 1)), oh, ow, *tiles(oh, ow, m))
 
 
-@_op("WinogradInput", REDUCE, internal=True)
+@register("WinogradInput", REDUCE, internal=True)
 class _WinogradInput:
     """X [N, H, W, C] -> V [a, a, N*TH*TW, C]; attrs m, pad, out_h, out_w."""
 
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        _float_only(node, types)
-        x = _same(types[0])
+        float_only(node, types)
+        x = same(types[0])
         m, _, _, _, th, tw = _geometry(node.attrs)
         return [TensorType((m + 2, m + 2, x.shape[0] * th * tw, x.shape[3]), x.dtype)]
 
@@ -139,15 +139,20 @@ class _WinogradInput:
         v = np.einsum("xi,yj,ntsijc->xyntsc", bt.astype(x.dtype), bt.astype(x.dtype), d)
         return [np.ascontiguousarray(v.reshape(a, a, n * th * tw, c))]
 
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        assert isinstance(args[0], te.Tensor)
+        return input_transform(attrs, args[0], name)
 
-@_op("WinogradOutput", REDUCE, internal=True)
+
+@register("WinogradOutput", REDUCE, internal=True)
 class _WinogradOutput:
     """M [a, a, N*TH*TW, K] -> Y [N, out_h, out_w, K]; attrs m, out_h, out_w."""
 
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        _float_only(node, types)
-        mm = _same(types[0])
+        float_only(node, types)
+        mm = same(types[0])
         m, _, oh, ow, th, tw = _geometry(node.attrs)
         if len(mm.shape) != 4 or mm.shape[0] != m + 2 or mm.shape[2] % (th * tw):
             raise GraphError(f"WinogradOutput node {node.name!r}: input {mm.shape} does not fit m={m}")
@@ -164,6 +169,11 @@ class _WinogradOutput:
                       mm.reshape(a, a, n, th, tw, k))
         y = y.reshape(n, th * m, tw * m, k)[:, :oh, :ow]
         return [np.ascontiguousarray(y)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        assert isinstance(args[0], te.Tensor)
+        return output_transform(attrs, args[0], name)
 
 
 # --- tensor expressions --------------------------------------------------------------------------
@@ -239,6 +249,8 @@ def eligible(g: Graph, conv: Node) -> bool:
     """An NHWC 3x3 convolution with stride 1, no dilation, one group, symmetric padding <= 2 and a
     constant weight."""
     if conv.op != "Conv" or conv.attrs.get("layout") != "NHWC" or conv.inputs[1] not in g.consts:
+        return False
+    if not is_uniform_conv(conv):
         return False
     p = conv_params(conv)
     pads = list(conv.attrs.get("pads", [0, 0, 0, 0]))

@@ -63,6 +63,21 @@ _CALLS = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "erf": lambda x: _erf(x).astype(x.dtype, copy=False),
     "fabs": np.abs,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "nearbyint": np.rint,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "log1p": np.log1p,
 }
 
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}

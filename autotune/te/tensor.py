@@ -167,6 +167,21 @@ tanh = _unary("tanh")
 sigmoid = _unary("sigmoid")
 erf = _unary("erf")
 fabs = _unary("fabs")
+floor = _unary("floor")
+ceil = _unary("ceil")
+nearbyint = _unary("nearbyint")  # round half to even (the default rounding mode)
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+asin = _unary("asin")
+acos = _unary("acos")
+atan = _unary("atan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+asinh = _unary("asinh")
+acosh = _unary("acosh")
+atanh = _unary("atanh")
+log1p = _unary("log1p")
 
 
 def max(a: object, b: object) -> Expr:  # noqa: A001
@@ -215,6 +230,21 @@ __all__ = [
     "sigmoid",
     "erf",
     "fabs",
+    "floor",
+    "ceil",
+    "nearbyint",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "log1p",
     "max",
     "min",
     "power",

@@ -167,7 +167,9 @@ class Workload:
         arrays = []
         for i, t in enumerate(self.inputs):
             lo, hi = self.input_ranges[i] if self.input_ranges else (-1.0, 1.0)
-            if t.dtype.startswith("int"):
+            if t.dtype == "bool":
+                arrays.append(rng.integers(0, 2, size=t.shape).astype(bool))
+            elif t.dtype.startswith("int"):
                 arrays.append(rng.integers(int(lo), int(hi), size=t.shape).astype(t.dtype))
             else:
                 arrays.append(rng.uniform(lo, hi, size=t.shape).astype(t.dtype))

@@ -1,0 +1,75 @@
+"""Operator definitions of the graph IR, one place per operator (see :mod:`.base`): importing this
+package registers every operator in ``OPS``."""
+
+from . import elementwise, movement, nn, reduce, shape  # noqa: F401 - registers the operators
+from .base import (
+    ALIAS,
+    ANCHOR,
+    ELEMWISE,
+    FOLD,
+    INJECTIVE,
+    KERNEL_DTYPES,
+    OPS,
+    REDUCE,
+    REWRITE,
+    Arg,
+    AttrNode,
+    Consts,
+    OpDef,
+    Types,
+    attr_problem,
+    broadcast_shapes,
+    build_te,
+    describe_attrs,
+    evaluate,
+    float_only,
+    norm_axis,
+    op_def,
+    register,
+    same,
+    supported_ops,
+)
+from .elementwise import gelu_np, onnx_dtype
+from .movement import transpose_perm
+from .nn import conv_params, is_uniform_conv, matmul_shape, pool_params, window_geometry
+from .reduce import layernorm_axis, softmax_axes
+from .shape import FOLD_LIMIT_BYTES
+
+__all__ = [
+    "ALIAS",
+    "ANCHOR",
+    "ELEMWISE",
+    "FOLD",
+    "FOLD_LIMIT_BYTES",
+    "INJECTIVE",
+    "KERNEL_DTYPES",
+    "OPS",
+    "REDUCE",
+    "REWRITE",
+    "Arg",
+    "AttrNode",
+    "Consts",
+    "OpDef",
+    "Types",
+    "attr_problem",
+    "broadcast_shapes",
+    "build_te",
+    "conv_params",
+    "describe_attrs",
+    "evaluate",
+    "float_only",
+    "gelu_np",
+    "is_uniform_conv",
+    "layernorm_axis",
+    "matmul_shape",
+    "norm_axis",
+    "onnx_dtype",
+    "op_def",
+    "pool_params",
+    "register",
+    "same",
+    "softmax_axes",
+    "supported_ops",
+    "transpose_perm",
+    "window_geometry",
+]

@@ -1,0 +1,437 @@
+"""Reductions without data reuse: the Reduce* family, ArgMax/ArgMin, Softmax/LogSoftmax and the
+normalizations (layer, instance, group). Each is its own kernel; elementwise consumers fuse after it."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from autotune import te
+from autotune.te import tensor as T
+from autotune.te.expr import Expr, compare, const
+
+from ..ir import GraphError, Node, TensorType
+from .base import (
+    REDUCE,
+    Arg,
+    AttrNode,
+    Consts,
+    Types,
+    broadcast_shapes,
+    float_only,
+    norm_axis,
+    operand,
+    register,
+    same,
+)
+from .elementwise import FLOAT, NUMERIC, _kernel_types
+from .te_build import nd_compute, read, reduce_over, tensor_arg
+
+
+def reduced(
+    x: te.Tensor, axes: Sequence[int], combiner: Callable, body: Callable[[list[Expr]], Expr], name: str
+) -> tuple[te.Tensor, Callable[[Sequence[Expr]], tuple]]:
+    """A reduction over ``axes`` and the function that indexes it from a full index (the reduced dims
+    are kept as 1 when every dim is reduced, so no value is 0-d)."""
+    keep = len(axes) == x.ndim
+    r = reduce_over(x, axes, combiner, body, name, keepdims=keep)
+    if keep:
+        return r, lambda idx: tuple(0 for _ in idx)
+    return r, lambda idx: tuple(v for d, v in enumerate(idx) if d not in axes)
+
+
+# --- the Reduce family --------------------------------------------------------------------------------
+def reduce_axes(node: Node, ndim: int, consts: Consts) -> list[int] | None:
+    """The reduced axes (sorted), or None for the identity (empty axes with noop_with_empty_axes)."""
+    axes = node.attrs.get("axes")
+    given = operand(node, consts, 1, "axes")
+    if given is not None:
+        axes = [int(a) for a in given.reshape(-1)]
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            return None
+        return list(range(ndim))
+    out = sorted({norm_axis(int(a), ndim, node.op) for a in axes})
+    return out
+
+
+def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
+    return tuple(1 if d in axes else s for d, s in enumerate(shape) if keepdims or d not in axes)
+
+
+# name: (operand types, numpy of (x, axes), expression builder of (x, axes, name) -> full-rank te)
+_REDUCE_NP: dict[str, Callable[[np.ndarray, tuple], np.ndarray]] = {
+    "ReduceSum": lambda x, a: np.sum(x, axis=a, keepdims=True),
+    "ReduceMean": lambda x, a: np.mean(x, axis=a, keepdims=True),
+    "ReduceMax": lambda x, a: np.max(x, axis=a, keepdims=True),
+    "ReduceMin": lambda x, a: np.min(x, axis=a, keepdims=True),
+    "ReduceProd": lambda x, a: np.prod(x, axis=a, keepdims=True),
+    "ReduceL1": lambda x, a: np.sum(np.abs(x), axis=a, keepdims=True),
+    "ReduceL2": lambda x, a: np.sqrt(np.sum(x * x, axis=a, keepdims=True)),
+    "ReduceSumSquare": lambda x, a: np.sum(x * x, axis=a, keepdims=True),
+    "ReduceLogSum": lambda x, a: np.log(np.sum(x, axis=a, keepdims=True)),
+    "ReduceLogSumExp": lambda x, a: np.log(np.sum(np.exp(x), axis=a, keepdims=True)),
+}
+_REDUCE_TYPES = {"ReduceSum": NUMERIC, "ReduceMax": NUMERIC, "ReduceMin": NUMERIC}
+
+
+def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.Tensor, Callable]:
+    """The reduction stage(s) of ``op`` and a function from a full index to its value there."""
+    n = math.prod(x.shape[d] for d in axes)
+    if op in ("ReduceMax", "ReduceMin"):
+        r, at = reduced(
+            x, axes, T.max_reduce if op == "ReduceMax" else T.min_reduce, lambda i: x[tuple(i)], name
+        )
+        return r, lambda i: r[at(i)]
+    if op == "ReduceLogSumExp":
+        mx, at = reduced(x, axes, T.max_reduce, lambda i: x[tuple(i)], name + "_max")
+        s, _ = reduced(x, axes, T.sum, lambda i: T.exp(x[tuple(i)] - mx[at(i)]), name + "_sum")
+        return s, lambda i: mx[at(i)] + T.log(s[at(i)])
+    body = {
+        "ReduceSum": lambda i: x[tuple(i)],
+        "ReduceMean": lambda i: x[tuple(i)],
+        "ReduceL1": lambda i: T.fabs(x[tuple(i)]),
+        "ReduceL2": lambda i: x[tuple(i)] * x[tuple(i)],
+        "ReduceSumSquare": lambda i: x[tuple(i)] * x[tuple(i)],
+        "ReduceLogSum": lambda i: x[tuple(i)],
+    }[op]
+    s, at = reduced(x, axes, T.sum, body, name + "_sum")
+    post = {
+        "ReduceMean": lambda v: v * (1.0 / n),
+        "ReduceL2": T.sqrt,
+        "ReduceLogSum": T.log,
+    }.get(op, lambda v: v)
+    return s, lambda i: post(s[at(i)])
+
+
+def _reduce_def(op: str) -> type:
+    class _Reduce:
+        const_operands = {1: "axes"}
+
+        @staticmethod
+        def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+            x = same(types[0])
+            _kernel_types(node, types[:1], consts[:1], _REDUCE_TYPES.get(op, FLOAT))
+            if op == "ReduceProd" and consts[0] is None:
+                raise GraphError(f"ReduceProd node {node.name!r}: a product is only folded on constants")
+            axes = reduce_axes(node, len(x.shape), consts)
+            if axes is None:
+                return [x]
+            return [TensorType(_reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1))), x.dtype)]
+
+        @staticmethod
+        def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+            x = np.asarray(xs[0])
+            axes = reduce_axes(
+                node, x.ndim, [None] + [np.asarray(v) if v is not None else None for v in xs[1:]]
+            )
+            if axes is None:
+                return [x]
+            y = _REDUCE_NP[op](x, tuple(axes))
+            if not node.attrs.get("keepdims", 1):
+                y = y.reshape(_reduced_shape(x.shape, axes, False))
+            return [np.asarray(y).astype(x.dtype, copy=False)]
+
+        @staticmethod
+        def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+            x = tensor_arg(args[0])
+            axes = reduce_axes(AttrNode(op, attrs, name), x.ndim, [])
+            if axes is None:
+                return nd_compute(x.shape, lambda i: x[tuple(i)], name, "injective")
+            keepdims = bool(attrs.get("keepdims", 1))
+            _, value = _reduce_expr(op, x, axes, name)
+            out_shape = _reduced_shape(x.shape, axes, keepdims)
+
+            def body(i: list[Expr]) -> Expr:
+                full, it = [], iter(i)
+                for d in range(x.ndim):
+                    if d in axes:
+                        full.append(0)
+                        if keepdims:
+                            next(it)
+                    else:
+                        full.append(next(it))
+                return value(full)
+
+            return nd_compute(out_shape, body, name, "elementwise")
+
+    return _Reduce
+
+
+for _op in _REDUCE_NP:
+    register(_op, REDUCE)(_reduce_def(_op))
+
+
+# --- ArgMax / ArgMin ----------------------------------------------------------------------------------
+class _ArgReduce:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        _kernel_types(node, types, consts, NUMERIC)
+        axis = norm_axis(int(node.attrs.get("axis", 0)), len(x.shape), node.op)
+        return [TensorType(_reduced_shape(x.shape, [axis], bool(node.attrs.get("keepdims", 1))), "int64")]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(xs[0])
+        axis = norm_axis(int(node.attrs.get("axis", 0)), x.ndim, node.op)
+        fn = np.argmax if node.op == "ArgMax" else np.argmin
+        if node.attrs.get("select_last_index", 0):
+            y = x.shape[axis] - 1 - fn(np.flip(x, axis=axis), axis=axis)
+        else:
+            y = fn(x, axis=axis)
+        if node.attrs.get("keepdims", 1):
+            y = np.expand_dims(y, axis)
+        return [np.asarray(y, dtype=np.int64)]
+
+
+def _arg_def(op: str) -> type:
+    class _Arg(_ArgReduce):
+        @staticmethod
+        def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+            x = tensor_arg(args[0])
+            axis = norm_axis(int(attrs.get("axis", 0)), x.ndim, op)
+            best, at = reduced(
+                x,
+                [axis],
+                T.max_reduce if op == "ArgMax" else T.min_reduce,
+                lambda i: x[tuple(i)],
+                name + "_best",
+            )
+            last = bool(attrs.get("select_last_index", 0))
+            n = x.shape[axis]
+
+            def pos(i: list[Expr]) -> Expr:
+                hit = compare("eq", x[tuple(i)], best[at(i)])
+                r = T.cast("int64", i[axis])
+                return T.select(hit, r, const(-1 if last else n, "int64"))
+
+            idx, at2 = reduced(x, [axis], T.max_reduce if last else T.min_reduce, pos, name + "_pos")
+            keep = bool(attrs.get("keepdims", 1))
+            shape = _reduced_shape(x.shape, [axis], keep)
+
+            def body(i: list[Expr]) -> Expr:
+                full = list(i) if keep else [*i[:axis], 0, *i[axis:]]
+                full[axis] = 0
+                return idx[at2(full)]
+
+            return nd_compute(shape, body, name, "elementwise")
+
+    return _Arg
+
+
+register("ArgMax", REDUCE)(_arg_def("ArgMax"))
+register("ArgMin", REDUCE)(_arg_def("ArgMin"))
+
+
+# --- Softmax / LogSoftmax -----------------------------------------------------------------------------
+def softmax_axes(node: Node, ndim: int) -> list[int]:
+    """Axes a (Log)Softmax normalises over (opset >= 13: one axis; before: the flattened tail)."""
+    if node.attrs.get("_legacy", False):
+        axis = norm_axis(node.attrs.get("axis", 1), ndim, node.op)
+        return list(range(axis, ndim))
+    return [norm_axis(node.attrs.get("axis", -1), ndim, node.op)]
+
+
+def _softmax_def(log: bool) -> type:
+    class _Softmax:
+        @staticmethod
+        def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+            float_only(node, types)
+            x = same(types[0])
+            softmax_axes(node, len(x.shape))
+            return [x]
+
+        @staticmethod
+        def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+            x = xs[0]
+            axes = tuple(softmax_axes(node, x.ndim))
+            z = x - x.max(axis=axes, keepdims=True)
+            if log:
+                return [(z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False)]
+            e = np.exp(z)
+            return [(e / e.sum(axis=axes, keepdims=True)).astype(x.dtype, copy=False)]
+
+        @staticmethod
+        def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+            x = tensor_arg(args[0])
+            axes = softmax_axes(AttrNode("LogSoftmax" if log else "Softmax", attrs, name), x.ndim)
+            mx, at = reduced(x, axes, T.max_reduce, lambda i: x[tuple(i)], name + "_max")
+            ex, _ = reduced(x, axes, T.sum, lambda i: T.exp(x[tuple(i)] - mx[at(i)]), name + "_expsum")
+            if log:
+                return nd_compute(
+                    x.shape, lambda i: x[tuple(i)] - mx[at(i)] - T.log(ex[at(i)]), name, "elementwise"
+                )
+            return nd_compute(
+                x.shape, lambda i: T.exp(x[tuple(i)] - mx[at(i)]) / ex[at(i)], name, "elementwise"
+            )
+
+    return _Softmax
+
+
+register("Softmax", REDUCE)(_softmax_def(False))
+register("LogSoftmax", REDUCE)(_softmax_def(True))
+
+
+# --- normalizations -----------------------------------------------------------------------------------
+def _check_ln(node: Node) -> str | None:
+    if any(node.outputs[1:]):
+        return "Mean / InvStdDev outputs"
+    return None
+
+
+def layernorm_axis(node: Node, ndim: int) -> int:
+    return norm_axis(node.attrs.get("axis", -1), ndim, "LayerNormalization")
+
+
+def normalized(x: te.Tensor, axes: list[int], eps: float, name: str) -> Callable[[list[Expr]], Expr]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes``, as a function of the full index."""
+    inv_n = 1.0 / math.prod(x.shape[d] for d in axes)
+    mean, at = reduced(x, axes, T.sum, lambda i: x[tuple(i)] * inv_n, name + "_mean")
+
+    def sq(i: list[Expr]) -> Expr:
+        d = x[tuple(i)] - mean[at(i)]
+        return d * d * inv_n
+
+    var, _ = reduced(x, axes, T.sum, sq, name + "_var")
+    return lambda i: (x[tuple(i)] - mean[at(i)]) * T.rsqrt(var[at(i)] + eps)
+
+
+def _normalize_np(x: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
+
+
+class _LayerNorm:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        x = same(types[0])
+        axis = layernorm_axis(node, len(x.shape))
+        tail = x.shape[axis:]
+        for t in types[1:3]:
+            if t is not None:
+                if len(t.shape) > len(tail) or broadcast_shapes(tail, t.shape) != tuple(tail):
+                    raise GraphError(f"LayerNormalization node {node.name!r}: scale/bias {t.shape} vs {tail}")
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        axes = tuple(range(layernorm_axis(node, x.ndim), x.ndim))
+        y = _normalize_np(x, axes, node.attrs.get("epsilon", 1e-5)) * xs[1]
+        if len(xs) > 2 and xs[2] is not None:
+            y = y + xs[2]
+        return [y.astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x, gamma = tensor_arg(args[0]), args[1]
+        beta = args[2] if len(args) > 2 else None
+        axis = layernorm_axis(AttrNode("LayerNormalization", attrs, name), x.ndim)
+        norm = normalized(x, list(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)), name)
+
+        def out(i: list[Expr]) -> Expr:
+            y = norm(i) * read(gamma, i, x.shape)
+            return y + read(beta, i, x.shape) if beta is not None else y
+
+        return nd_compute(x.shape, out, name, "elementwise")
+
+
+register("LayerNormalization", REDUCE, _check_ln)(_LayerNorm)
+
+
+class _InstanceNorm:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        x = same(types[0])
+        if len(x.shape) < 3:
+            raise GraphError(f"InstanceNormalization node {node.name!r}: needs spatial dims, got {x.shape}")
+        for t in types[1:3]:
+            if t is None or t.shape != (x.shape[1],):
+                raise GraphError(
+                    f"InstanceNormalization node {node.name!r}: scale/bias must be ({x.shape[1]},)"
+                )
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, s, b = xs[:3]
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        y = _normalize_np(x, tuple(range(2, x.ndim)), node.attrs.get("epsilon", 1e-5))
+        return [(y * s.reshape(shape) + b.reshape(shape)).astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x, s, b = tensor_arg(args[0]), tensor_arg(args[1]), tensor_arg(args[2])
+        norm = normalized(x, list(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)), name)
+        return nd_compute(x.shape, lambda i: norm(i) * s[i[1]] + b[i[1]], name, "elementwise")
+
+
+register("InstanceNormalization", REDUCE)(_InstanceNorm)
+
+
+class _GroupNorm:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        x = same(types[0])
+        g = int(node.attrs.get("num_groups", 0))
+        if len(x.shape) < 3 or g <= 0 or x.shape[1] % g:
+            raise GraphError(f"GroupNormalization node {node.name!r}: {g} groups do not divide {x.shape}")
+        for t in types[1:3]:
+            if t is None or t.shape not in ((x.shape[1],), (g,)):
+                raise GraphError(f"GroupNormalization node {node.name!r}: scale/bias shape {t and t.shape}")
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, s, b = xs[:3]
+        g = int(node.attrs["num_groups"])
+        n, c = x.shape[:2]
+        y = _normalize_np(x.reshape(n, g, -1), (2,), node.attrs.get("epsilon", 1e-5)).reshape(x.shape)
+        if s.shape[0] != c:  # one scale per group (opset 18)
+            s, b = np.repeat(s, c // g), np.repeat(b, c // g)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        return [(y * s.reshape(shape) + b.reshape(shape)).astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x, s, b = tensor_arg(args[0]), tensor_arg(args[1]), tensor_arg(args[2])
+        g = int(attrs["num_groups"])
+        n, c = x.shape[:2]
+        cpg = c // g
+        spatial = x.shape[2:]
+        inv_n = 1.0 / (cpg * math.prod(spatial))
+        eps = float(attrs.get("epsilon", 1e-5))
+        rc = T.reduce_axis(cpg, "rc")
+        rs = [T.reduce_axis(d, f"rs{k}") for k, d in enumerate(spatial)]
+
+        mean = nd_compute(
+            (n, g),
+            lambda i: T.sum(x[(i[0], i[1] * cpg + rc.var, *[r.var for r in rs])] * inv_n, axis=[rc, *rs]),
+            name + "_mean",
+            "reduce",
+        )
+
+        def sq(i: list[Expr]) -> Expr:
+            d = x[(i[0], i[1] * cpg + rc.var, *[r.var for r in rs])] - mean[i[0], i[1]]
+            return T.sum(d * d * inv_n, axis=[rc, *rs])
+
+        var = nd_compute((n, g), sq, name + "_var", "reduce")
+        per_group = s.shape[0] != c
+
+        def out(i: list[Expr]) -> Expr:
+            grp = i[1] // cpg
+            y = (x[tuple(i)] - mean[i[0], grp]) * T.rsqrt(var[i[0], grp] + eps)
+            k = grp if per_group else i[1]
+            return y * s[k] + b[k]
+
+        return nd_compute(x.shape, out, name, "elementwise")
+
+
+register("GroupNormalization", REDUCE)(_GroupNorm)
