@@ -31,6 +31,9 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+from autotune.schedule import ComputeInlineStep, Schedule
+from autotune.te.expr import TensorRead, free_vars, walk
+
 from .space import Config, SearchSpace, divisors
 
 REDUCE_STEP = 256  # reduction steps around one CPU register tile (operand panels stay in L1/L2)
@@ -74,17 +77,18 @@ def parallel_split(rem: list[int], order: list[int], target: int) -> list[int]:
 
 
 # --- CPU ---------------------------------------------------------------------------------------
-def register_tile(extents: list[int], lanes: int, budget: int) -> list[int]:
+def register_tile(extents: list[int], lanes: int, budget: int, max_vectors: int = 2) -> list[int]:
     """Per axis its register tile: the innermost axis one or two vectors wide (whole vectors where
     it divides into them, else a divisor up to one vector), the others rows of at most ``budget``
     accumulators in all; of one and two vectors the one that fills more accumulators, two on a tie
     (fewer rows: fewer operand rows read at once, which alias in L1 when their stride is a
-    multiple of 4 KiB)."""
+    multiple of 4 KiB). ``max_vectors`` 1 where the vectors are gathered (no operand is contiguous
+    along the innermost axis): then each vector loaded serves as many rows as fit."""
     outer = list(range(len(extents) - 2, -1, -1))
     if extents[-1] % lanes:
         return _fill(extents[:-1], budget, outer) + [largest_divisor(extents[-1], lanes)]
     best: list[int] = []
-    for vectors in (2, 1):
+    for vectors in range(max_vectors, 0, -1):
         if extents[-1] % (vectors * lanes) == 0:
             tile = _fill(extents[:-1], budget // vectors, outer) + [vectors * lanes]
             if not best or math.prod(tile) > math.prod(best):
@@ -92,12 +96,22 @@ def register_tile(extents: list[int], lanes: int, budget: int) -> list[int]:
     return best
 
 
-def _contiguous(stage, var) -> bool:  # noqa: ANN001 - a Stage and an axis Var
-    """Does ``stage`` read some tensor along its last dim with ``var`` (unit-stride in ``var``)?"""
-    from autotune.te.expr import TensorRead, free_vars, walk
-
+def _contiguous(stage, var, placeholders: bool = False) -> bool:  # noqa: ANN001 - a Stage, an axis Var
+    """Does ``stage`` read some tensor (some input, with ``placeholders``) along its last dim with
+    ``var`` (unit stride in ``var``)?"""
     reads = [n for n in walk(stage.body) if isinstance(n, TensorRead)]
-    return any(r.indices and var in free_vars(r.indices[-1]) for r in reads)
+    return any(r.indices and var in free_vars(r.indices[-1]) for r in reads
+               if r.tensor.is_placeholder or not placeholders)
+
+
+def _vectors_contiguous(sk) -> bool:  # noqa: ANN001 - a CpuSketch
+    """Is some input of the tiled reduction, its producers inlined (transposes, padding), read
+    contiguously along the innermost spatial axis (so its vectors are plain loads)?"""
+    sch = Schedule(sk.workload.outputs)
+    for name in sk.inline_always + sk.inline_knob:
+        ComputeInlineStep(name).apply(sch)
+    anchor = sch.stage(sk.anchor.name)
+    return _contiguous(anchor, anchor.axes[-1].var, placeholders=True)
 
 
 def _vector_reduce(sk, choices: tuple) -> int:  # noqa: ANN001 - a CpuSketch
@@ -130,9 +144,10 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
     weights = math.prod(consts[0].shape) if consts else 0
     order = 1 if weights > math.prod(ext) else 0
     rows_budget = max(1, sk.target.accumulator_registers * 2 // 3)
+    contiguous = _vectors_contiguous(sk)
     reduce_budget = REDUCE_STEP
     while True:
-        t3 = register_tile(ext, lanes, rows_budget)
+        t3 = register_tile(ext, lanes, rows_budget, 2 if contiguous else 1)
         rem = [e // t for e, t in zip(ext, t3)]
         outer = list(range(n))[::-1] if order else list(range(n))
         t0 = parallel_split(rem, outer, PARALLEL_PER_CORE * sk.cores)
