@@ -9,6 +9,7 @@
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
 - ``split_to_slices``    Split -> one Slice per output
+- ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
@@ -551,6 +552,71 @@ def split_to_slices(graph: Graph) -> Graph:
     return infer_types(g)
 
 
+def lower_einsum(graph: Graph) -> Graph:
+    """Einsum -> (ReduceSum of indices only one operand has) -> Transpose / Reshape -> MatMul over the
+    contracted indices (batch indices kept as broadcast dims) -> Reshape / Transpose to the output."""
+    from .ops.nn import einsum_terms
+
+    g = graph.copy()
+    out: list[Node] = []
+
+    def emit(op: str, ins: list[str], t: TensorType, attrs: dict, base: str) -> str:
+        v = _new_value(g, base, t)
+        out.append(Node(op, ins, [v], attrs, g.fresh_name(base)))
+        return v
+
+    def permute(v: str, term: str, order: str, base: str) -> str:
+        if term == order:
+            return v
+        perm = [term.index(c) for c in order]
+        t = g.types[v]
+        shape = tuple(t.shape[p] for p in perm)
+        return emit("Transpose", [v], TensorType(shape, t.dtype), {"perm": perm}, base)
+
+    def reshape(v: str, shape: tuple[int, ...], base: str) -> str:
+        if g.types[v].shape == shape:
+            return v
+        spec = _add_const(g, base + "_shape", np.asarray(shape, dtype=np.int64))
+        return emit("Reshape", [v, spec], TensorType(shape, g.types[v].dtype), {}, base)
+
+    for n in g.nodes:
+        if n.op != "Einsum":
+            out.append(n)
+            continue
+        ins = list(n.inputs)
+        terms, res = einsum_terms(n, [len(g.types[v].shape) for v in ins])
+        size = {c: d for v, t in zip(ins, terms) for c, d in zip(t, g.types[v].shape) if d != 1}
+        for k, (v, t) in enumerate(zip(ins, terms)):
+            others = "".join(terms[:k] + terms[k + 1 :]) + res
+            alone = [d for d, c in enumerate(t) if c not in others]
+            if alone:
+                shape = tuple(s for d, s in enumerate(g.types[v].shape) if d not in alone)
+                ins[k] = emit("ReduceSum", [v], TensorType(shape, g.types[v].dtype),
+                              {"_axes": alone, "keepdims": 0}, f"{n.name}_sum{k}")
+                terms[k] = "".join(c for d, c in enumerate(t) if d not in alone)
+        if len(ins) == 1:
+            y = permute(ins[0], terms[0], res, n.name + "_perm")
+        else:
+            (a, b), (ta, tb) = ins, terms
+            batch = "".join(c for c in res if c in ta and c in tb)
+            contracted = "".join(c for c in ta if c in tb and c not in res)
+            af, bf = "".join(c for c in ta if c not in tb), "".join(c for c in tb if c not in ta)
+            sa, sb = dict(zip(ta, g.types[a].shape)), dict(zip(tb, g.types[b].shape))
+            m, kk, nn = (math.prod(size.get(c, 1) for c in part) for part in (af, contracted, bf))
+            a2 = reshape(permute(a, ta, batch + af + contracted, n.name + "_a"),
+                         (*[sa[c] for c in batch], m, kk), n.name + "_a2")
+            b2 = reshape(permute(b, tb, batch + contracted + bf, n.name + "_b"),
+                         (*[sb[c] for c in batch], kk, nn), n.name + "_b2")
+            bshape = tuple(max(sa[c], sb[c]) for c in batch)
+            mm = emit("MatMul", [a2, b2], TensorType((*bshape, m, nn), g.types[a].dtype), {}, n.name + "_mm")
+            full = batch + af + bf
+            y = reshape(mm, (*bshape, *[size.get(c, 1) for c in af + bf]), n.name + "_out")
+            y = permute(y, full, res, n.name + "_perm")
+        out.append(Node("Identity", [y], [n.outputs[0]], {}, n.name))
+    g.nodes = out
+    return eliminate_dead_code(infer_types(remove_identities(g)))
+
+
 def absorb_const_operands(graph: Graph) -> Graph:
     """Constant operands that parametrise a kernel (``OpDef.const_operands``: axes, pads, starts...)
     become attributes ``_<name>``, so the kernel's description carries them as values."""
@@ -574,6 +640,7 @@ def optimize(
     g = fold_constants(graph)
     g = remove_identities(g)
     g = split_to_slices(g)
+    g = lower_einsum(g)
     g = canonicalize_gemm(g)
     g = fuse_gelu(g)
     g = fold_batch_norm(g)

@@ -72,6 +72,8 @@ def c_name(text: str) -> str:
 
 
 def flat_index(shape: tuple[int, ...], idx: list[Expr]) -> Expr:
+    if not idx:
+        return IntImm(0)  # a 0-d tensor: its one element
     out: Expr = idx[0]
     for s, i in zip(shape[1:], idx[1:]):
         out = Binary("add", Binary("mul", out, IntImm(s)), i)

@@ -295,6 +295,10 @@ class _BatchNorm:
         for t in types[1:5]:
             if t is None or t.shape != (c,):
                 raise GraphError(f"BatchNormalization node {node.name!r}: parameters must have shape ({c},)")
+        if any(v is None for v in consts[1:5]):
+            raise GraphError(
+                f"BatchNormalization node {node.name!r}: scale, bias, mean and variance must be constants"
+            )
         return [x]
 
     @staticmethod
@@ -523,3 +527,68 @@ class _GlobalMaxPool(_GlobalPool):
 
 register("GlobalAveragePool", REDUCE)(_GlobalAvgPool)
 register("GlobalMaxPool", REDUCE)(_GlobalMaxPool)
+
+
+# --- Einsum (rewritten into Transpose / Reshape / MatMul / ReduceSum) ---------------------------------
+def einsum_terms(node: Any, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """The operand subscripts and the output subscript of an Einsum, ellipses expanded into letters
+    that do not occur elsewhere; GraphError for repeated letters in one term (diagonals)."""
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise GraphError(f"Einsum node {node.name!r}: {len(terms)} terms for {len(ranks)} operands")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    n_ell = max((r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t), default=0)
+    ell = "".join(spare[:n_ell])
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            k = r - len(t.replace("...", ""))
+            t = t.replace("...", ell[n_ell - k :] if k else "")
+        if len(t) != r or not t.isalpha():
+            raise GraphError(f"Einsum node {node.name!r}: term {t!r} does not fit an operand of rank {r}")
+        if len(set(t)) != len(t):
+            raise GraphError(
+                f"Einsum node {node.name!r}: a repeated index in {t!r} (a diagonal) is not compiled"
+            )
+        out_terms.append(t)
+    if "->" in eq:
+        out = rhs.replace("...", ell)
+    else:
+        letters = "".join(out_terms)
+        out = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+    if len(set(out)) != len(out) or any(c not in "".join(out_terms) for c in out):
+        raise GraphError(f"Einsum node {node.name!r}: bad output subscript {out!r}")
+    return out_terms, out
+
+
+def _einsum_shape(node: Any, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    terms, out = einsum_terms(node, [len(s) for s in shapes])
+    size: dict[str, int] = {}
+    for t, s in zip(terms, shapes):
+        for c, d in zip(t, s):
+            if size.get(c, d) != d and 1 not in (d, size[c]):
+                raise GraphError(f"Einsum node {node.name!r}: index {c!r} is {size[c]} and {d}")
+            size[c] = max(size.get(c, d), d)
+    return tuple(size[c] for c in out)
+
+
+def _check_einsum(node: Node) -> str | None:
+    return None if len(node.inputs) in (1, 2) else f"{len(node.inputs)} operands (only 1 or 2)"
+
+
+class _Einsum:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        ts = [same(t) for t in types]
+        return [TensorType(_einsum_shape(node, [t.shape for t in ts]), ts[0].dtype)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        terms, out = einsum_terms(node, [x.ndim for x in xs])
+        return [contiguous(np.einsum(f"{','.join(terms)}->{out}", *xs).astype(xs[0].dtype, copy=False))]
+
+
+register("Einsum", REWRITE, _check_einsum)(_Einsum)

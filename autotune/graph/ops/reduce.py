@@ -4,7 +4,7 @@ normalizations (layer, instance, group). Each is its own kernel; elementwise con
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -435,3 +435,57 @@ class _GroupNorm:
 
 
 register("GroupNormalization", REDUCE)(_GroupNorm)
+
+
+# --- CumSum -------------------------------------------------------------------------------------------
+class _CumSum:
+    const_operands = {1: "axis"}
+
+    @staticmethod
+    def _axis(node: Any, ndim: int, consts: Consts) -> int:
+        a = operand(node, consts, 1, "axis")
+        if a is None:
+            raise GraphError(f"CumSum node {node.name!r}: no axis")
+        return norm_axis(int(a.reshape(-1)[0]), ndim, "CumSum")
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        _kernel_types(node, types[:1], consts[:1], NUMERIC)
+        _CumSum._axis(node, len(x.shape), consts)
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(xs[0])
+        axis = _CumSum._axis(node, x.ndim, [None, xs[1]])
+        rev, excl = node.attrs.get("reverse", 0), node.attrs.get("exclusive", 0)
+        y = np.flip(x, axis) if rev else x
+        c = np.cumsum(y, axis=axis, dtype=x.dtype)
+        if excl:
+            c = c - y
+        return [np.flip(c, axis).copy() if rev else c]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        """A running sum as a masked reduction over the whole axis (quadratic in its length: meant for
+        the short axes real models cumulate over, e.g. position ids from a padding mask)."""
+        x = tensor_arg(args[0])
+        axis = _CumSum._axis(AttrNode("CumSum", attrs, name), x.ndim, [])
+        rev, excl = attrs.get("reverse", 0), attrs.get("exclusive", 0)
+        r = T.reduce_axis(x.shape[axis], "r")
+        zero = const(0, x.dtype)
+
+        def body(i: list[Expr]) -> Expr:
+            src = list(i)
+            src[axis] = r.var
+            if rev:
+                keep = compare("lt", i[axis], r.var) if excl else compare("le", i[axis], r.var)
+            else:
+                keep = compare("lt", r.var, i[axis]) if excl else compare("le", r.var, i[axis])
+            return T.sum(T.select(keep, x[tuple(src)], zero), axis=r)
+
+        return nd_compute(x.shape, body, name, "reduce")
+
+
+register("CumSum", REDUCE)(_CumSum)

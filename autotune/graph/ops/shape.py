@@ -53,7 +53,11 @@ def alias_shape(node: Any, x: TensorType, consts: Consts) -> tuple[int, ...]:
             raise GraphError(f"Reshape node {node.name!r}: no target shape")
         return reshape_target(node, s, spec.reshape(-1))
     if op == "Flatten":
-        axis = norm_axis(node.attrs.get("axis", 1), len(s) + 1, "Flatten")
+        axis = int(node.attrs.get("axis", 1))
+        if not -len(s) <= axis <= len(s):
+            raise GraphError(f"Flatten node {node.name!r}: axis {axis} out of range for rank {len(s)}")
+        if axis < 0:
+            axis += len(s)
         return (int(np.prod(s[:axis])), int(np.prod(s[axis:])))
     if op in ("Squeeze", "Unsqueeze"):
         axes = node.attrs.get("axes")
