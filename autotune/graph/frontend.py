@@ -46,6 +46,9 @@ def _load(source: Any) -> Any:
         raise ModelImportError(f"{where} is not an ONNX model ({type(err).__name__})") from None
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise ModelImportError(f"{where} is not an ONNX model (no graph, outputs or IR version)")
+    opset, newest = _opset(model), onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ModelImportError(f"{where} uses ONNX opset {opset}; the newest this onnx knows is {newest}")
     if not isinstance(source, (bytes, bytearray)):
         try:
             from onnx.external_data_helper import load_external_data_for_model
