@@ -4,6 +4,7 @@ run end to end through its child processes on cached exports. The export test ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench.gallery import gallery, table
-from bench.gallery.evaluate import make_feeds
+from bench.gallery.evaluate import make_feeds, vacuous_check
 from bench.gallery.export import paths
 from bench.gallery.models import MODELS, InputSpec
 from bench.gallery.table import TOLERANCE, Row
@@ -178,3 +179,34 @@ def test_torchvision_imports_without_its_custom_op_registrations() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "(1, 1000)"
+
+
+def test_a_reference_that_ignores_its_input_is_refused() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1, 10)).astype(np.float32)
+    vacuous_check([a], [a + 0.5])  # input-dependent: accepted
+    with pytest.raises(ValueError, match="hardly depends"):
+        vacuous_check([a], [a * (1 + 1e-6)])
+    with pytest.raises(ValueError, match="hardly depends"):
+        vacuous_check([np.zeros_like(a)], [np.zeros_like(a)])  # ViT's zero-initialised head
+    with pytest.raises(ValueError, match="not finite"):
+        vacuous_check([np.full((2,), np.inf, np.float32)], [a])
+
+
+def test_random_weights_are_made_well_scaled() -> None:
+    """Zero weight matrices are redrawn and batch-norm statistics recomputed from random batches."""
+    torch = pytest.importorskip("torch")
+    from bench.gallery.export import well_scaled
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 5))
+    torch.nn.init.zeros_(model[3].weight)
+    spec = InputSpec("x", "image", (1, 3, 8, 8))
+    out = well_scaled(model, dataclasses.replace(MODELS["resnet18"], inputs=(spec,)))
+    assert not out.training and bool(model[3].weight.any())
+    bn = model[1]
+    assert bn.momentum == 0.1 and not torch.allclose(bn.running_var, torch.ones(4))
+    with torch.no_grad():
+        y = model[1](model[0](torch.randn(64, 3, 8, 8)))
+    assert abs(float(y.mean())) < 0.2 and 0.7 < float(y.std()) < 1.3  # normalised by its statistics

@@ -62,6 +62,19 @@ def _rel_err(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> 
     return compare(list(outputs), list(reference))[1]
 
 
+def vacuous_check(ref: Sequence[np.ndarray], other: Sequence[np.ndarray]) -> None:
+    """Raise if the reference outputs on two different random inputs (nearly) agree: a model whose
+    output does not depend on its input (constant logits from a zero-initialised head, activations
+    that vanished) would pass any comparison, so it is no evidence of correctness."""
+    for i, (a, b) in enumerate(zip(ref, other)):
+        scale = float(np.max(np.abs(a))) if a.size else 0.0
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"output {i} of onnxruntime is not finite")
+        if float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0)) <= 1e-3 * scale or scale == 0.0:
+            raise ValueError(f"output {i} (max |value| {scale:.2g}) hardly depends on the input: a check "
+                             "against it could not fail")
+
+
 def interleaved_ms(fns: dict[str, Any], repeat: int, min_repeat_ms: float) -> dict[str, float]:
     """Median milliseconds per call of each zero-argument callable, timed in ``repeat`` rounds that
     take each callable in turn (so a change in machine load hits every side), a quiet gap before
@@ -101,6 +114,8 @@ def evaluate(spec: ModelSpec, exporter: str, cache: Path, db: str | None = None,
         feeds = make_feeds(spec.inputs, [i.name for i in session.get_inputs()],
                            np.random.default_rng(seed))
         ref = session.run(None, feeds)
+        other = make_feeds(spec.inputs, list(feeds), np.random.default_rng(seed + 1))
+        vacuous_check(ref, session.run(None, other))
         stage = "compile"
         t0 = time.perf_counter()
         module = compile_model(graph, db=None, verbose=False)

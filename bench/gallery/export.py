@@ -10,6 +10,7 @@ with ``--reexport``). The .onnx file is written under a temporary name and renam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -61,6 +62,35 @@ def _example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
     return tuple(args)
 
 
+def well_scaled(model: Any, spec: ModelSpec, batches: int = 1, batch: int = 4) -> Any:
+    """``model`` (random weights) made to compute input-dependent, well-scaled outputs, so that a
+    check against onnxruntime can fail: weight matrices initialised to zero (ViT's head) are drawn
+    from N(0, 0.02), and batch-norm running statistics, which at initialisation are mean 0 / var 1
+    and so normalise nothing (activations then vanish or explode through dozens of layers: EfficientNet
+    ends at 1e-14, Inception at 1e12, GoogLeNet's logits do not depend on the image), are recomputed
+    from a few random batches (a cumulative average), as one re-calibrates after changing weights."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not bool(p.any()):
+                p.normal_(0.0, 0.02)
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        if not norms or spec.inputs[0].kind != "image":
+            return model.eval()
+        saved = [m.momentum for m in norms]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+        model.train()
+        g = torch.Generator().manual_seed(1)
+        for _ in range(batches):
+            model(torch.randn((batch,) + spec.inputs[0].shape[1:], generator=g))
+        for m, mom in zip(norms, saved):
+            m.momentum = mom
+    return model.eval()
+
+
 def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = None) -> dict:
     """Build ``spec`` (random weights, eval mode) and export it to ``out``; returns the metadata."""
     import torch
@@ -68,7 +98,7 @@ def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = 
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}; valid: {', '.join(EXPORTERS)}")
     torch.manual_seed(0)
-    model = spec.build().eval()
+    model = well_scaled(spec.build(), spec)
     args = _example_inputs(spec)
     tmp = out.with_name(out.name + ".part")
     kwargs: dict[str, Any] = {
@@ -80,8 +110,11 @@ def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = 
         kwargs["opset_version"] = opset
     if exporter == "dynamo":
         kwargs["external_data"] = False  # one file; every gallery model is far below 2 GB
+    # the legacy exporter traces with gradients on: under no_grad, nn.MultiheadAttention (ViT) takes
+    # its fused fast path, aten::_native_multi_head_attention, which that exporter cannot export
+    grad = torch.no_grad() if exporter == "dynamo" else contextlib.nullcontext()
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with grad:
         torch.onnx.export(model, args, str(tmp), **kwargs)
     seconds = time.perf_counter() - t0
     import onnx
