@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from autotune.cli.common import ArgParser  # noqa: E402
 from autotune.parallel import fork_map  # noqa: E402
 from autotune.search.replay import ReplayDB, ReplayTask, replay_tune, trials_to_reach  # noqa: E402
 from cost_model import Sample, make_model, spearman  # noqa: E402
@@ -61,7 +62,8 @@ def _json_object(text: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgParser(prog="bench_search.py", description=__doc__,
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--replay", default=str(DEFAULT_REPLAY), help="fully measured records (DB or .jsonl.gz)")
     p.add_argument("--workloads", help="';'-separated labels (or op names) of the replay workloads to use "
                    "(default all), e.g. 'matmul;dense[74,88,53]'")

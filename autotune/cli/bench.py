@@ -20,11 +20,11 @@ from ..search.measure_batch import tolerances
 from ..search.tune import workload_label
 from ..target import Target
 from ..te import Workload, WorkloadError, workload_from_description
-from .common import TARGETS, UsageError, fail, open_db, resolve_target
+from .common import TARGETS, ArgParser, UsageError, float_at_least, int_in, open_db, resolve_target, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="bench.py",
         description="For every workload tuned on this machine in the records DB: build its best-known "
         "kernel, check it against the float64 reference, and time it against numpy (float32) "
@@ -34,11 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
     p.add_argument(
-        "--repeat", type=int, default=5, help="timed repeats per side; the median is kept (default 5)"
+        "--repeat", type=int_in(1), default=5, help="timed repeats per side; the median is kept (default 5)"
     )
     p.add_argument(
         "--min-repeat-ms",
-        type=float,
+        type=float_at_least(0),
         default=200.0,
         help="minimum duration of one repeat, in ms (default 200)",
     )
@@ -51,15 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.model is not None:
-            from ..graph.cli import run_model_bench
+    return run_cli(build_parser(), _main, argv)
 
-            return run_model_bench(args)
-        return _run(args)
-    except UsageError as err:
-        fail(str(err))
+
+def _main(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        from ..graph.cli import run_model_bench
+
+        return run_model_bench(args)
+    return _run(args)
 
 
 def numpy_baseline(workload: Workload) -> Callable[..., Any]:
@@ -192,8 +192,6 @@ def format_table(rows: Sequence[BenchRow]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.repeat < 1 or args.min_repeat_ms < 0:
-        raise UsageError("--repeat must be >= 1 and --min-repeat-ms >= 0")
     target = resolve_target(args.target)
     db = open_db(args.db, create=False)
     try:

@@ -1,16 +1,24 @@
-"""Shared pieces of the command-line tools: one-line errors with exit code 2, DB and target."""
+"""Shared pieces of the command-line tools: one-line errors with exit code 2 (argument errors
+included), checked numeric flags, the DB and the target, and the run wrapper that turns bad input
+and Ctrl-C into one line each."""
 
 from __future__ import annotations
 
+import argparse
+import math
+import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn, Sequence
 
 from records import RecordsError, TuningDatabase
 
 from ..target import Target, cpu_target, cuda_target
 
 TARGETS = ("cpu", "cuda")
+SEED_MAX = 2**32 - 1  # numpy, scikit-learn and XGBoost all take a seed in 0 .. 2**32-1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class UsageError(Exception):
@@ -18,13 +26,94 @@ class UsageError(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_USAGE)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) that takes negative values of options
+    (``--seed -1`` is the value -1, refused by the option's own check, not a missing value)."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):  # noqa: ANN001, ANN201
+        argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._join_negative_values(argv), namespace)
+
+    def _join_negative_values(self, argv: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(argv):
+            action = self._option_string_actions.get(argv[i])
+            takes_value = action is not None and action.nargs is None and argv[i].startswith("--")
+            if takes_value and i + 1 < len(argv) and re.match(r"-\.?\d", argv[i + 1]):
+                out.append(f"{argv[i]}={argv[i + 1]}")
+                i += 2
+                continue
+            out.append(argv[i])
+            i += 1
+        return out
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in {low}..{high}"
+            raise argparse.ArgumentTypeError(f"must be an integer {bound}, got {value}")
+        return value
+
+    return parse
+
+
+def float_at_least(low: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number >= low."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+            argv: list[str] | None, interrupted: str = "") -> int:
+    """Parse ``argv`` and run: bad input (UsageError and the library's own input errors) is one line
+    and exit status 2; Ctrl-C is one line (with ``interrupted`` appended) and exit status 130."""
+    from ..te import WorkloadError
+
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, WorkloadError) as err:
+        fail(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+    except KeyboardInterrupt:
+        print(f"interrupted{interrupted}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def open_db(path: str, create: bool = True) -> TuningDatabase:
+    """The records DB at ``path``; ``create=False`` (compile, bench) needs it to exist."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--db {path} is a directory, not a database file")
+    if not create and not p.exists():
+        raise UsageError(f"database {path} does not exist; tune into it first (scripts/tune.py --db {path})")
+    if not create and p.is_file() and p.stat().st_size == 0:
+        raise UsageError(f"database {path} is an empty file, not a tuning database")
     try:
-        return TuningDatabase(Path(path), create=create)
+        return TuningDatabase(p, create=create)
     except RecordsError as err:
         raise UsageError(str(err).splitlines()[0]) from None
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
-from .common import TARGETS, UsageError, fail, open_db, resolve_target
+from .common import TARGETS, ArgParser, UsageError, int_in, open_db, resolve_target, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     from ..graph.cli import add_model_args, add_rerank_arg
 
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="compile.py",
         description="Compile a model: import, graph passes, fusion, one kernel per fused subgraph from the "
         "best schedule in the DB (a loud default where there is none), one arena, one shared library with "
@@ -32,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "installed, the numpy reference interpreter)")
     p.add_argument("--show-entry", action="store_true",
                    help="print the generated C entry point (CUDA: the host launch sequence)")
-    p.add_argument("--profile", type=int, metavar="RUNS", default=0,
+    p.add_argument("--profile", type=int_in(0), metavar="RUNS", default=0,
                    help="CPU: time every kernel call inside RUNS whole model runs and print a table "
                    "(median per call, the task's tuning measurement beside it)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
@@ -40,18 +43,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_cli(build_parser(), _run, argv, "; nothing written")
+
+
+def check_output(path: str) -> None:
+    """Refuse an -o that cannot take the library, before anything is built."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"-o {path} is a directory; name the library file to write")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"-o {path}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"-o {path}: not writable")
+
+
+def copy_atomically(src: str, dest: str) -> None:
+    """Copy ``src`` to ``dest`` through a temporary file beside it: ``dest`` is whole or untouched."""
+    fd, tmp = tempfile.mkstemp(dir=Path(dest).parent, prefix=f".{Path(dest).name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        return _run(args)
-    except UsageError as err:
-        fail(str(err))
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _run(args: argparse.Namespace) -> int:
     from ..graph.cli import build_module, compare, load, reference_outputs
 
+    if args.output:
+        check_output(args.output)
     model = load(args.model, args.input_shape)
     target = resolve_target(args.target)
+    if args.profile and target.kind != "cpu":
+        raise UsageError("--profile times kernel calls of a CPU module; use bench.py for --target cuda")
     db = open_db(args.db, create=False)
     try:
         module = build_module(model, target, db, args.layout, args.rerank, args.winograd)
@@ -62,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"memory: {module.plan.describe()}", flush=True)
     lib = module.lib_path
     if args.output:
-        shutil.copyfile(lib, args.output)
+        copy_atomically(lib, args.output)
         lib = args.output
     entry = module.entry_name
     how = (f"entry points {entry}_init / _run / _time: one CUDA graph per run" if target.kind == "cuda"
@@ -82,8 +109,6 @@ def _run(args: argparse.Namespace) -> int:
         out.update(max_abs_err=err, max_rel_err=rel, ok=ok, reference=ref_name)
         status = 0 if ok else 1
     if args.profile:
-        if target.kind != "cpu":
-            raise UsageError("--profile times kernel calls of a CPU module; use bench.py for --target cuda")
         rows = module.profile(repeat=args.profile)
         print(format_profile(rows), flush=True)
         out["profile"] = rows

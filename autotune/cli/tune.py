@@ -6,8 +6,21 @@ import argparse
 import json
 
 from ..search import STRATEGIES, TuneOptions, tune_workload
-from ..te import WorkloadError, make_workload, op_names, op_spec
-from .common import TARGETS, UsageError, fail, measure_tools, open_db, resolve_target
+from ..search.tune import workload_label
+from ..te import make_workload, op_names, op_spec
+from .common import (
+    SEED_MAX,
+    TARGETS,
+    ArgParser,
+    UsageError,
+    float_at_least,
+    int_in,
+    measure_tools,
+    open_db,
+    resolve_target,
+    run_cli,
+)
+from .limits import check_workload
 
 # The embedded default: small but representative (a GEMM, a fused dense epilogue, a convolution),
 # so a first run on a fresh machine finishes in a couple of minutes.
@@ -25,7 +38,7 @@ DEFAULT_MODEL_TRIALS = 160
 
 def build_parser() -> argparse.ArgumentParser:
     ops = ", ".join(f"{op_spec(n).usage()}" for n in op_names())
-    p = argparse.ArgumentParser(
+    p = ArgParser(
         prog="tune.py",
         description="Tune tensor workloads by measuring generated kernels; results go to a SQLite DB. "
         "With --model, tunes every fused subgraph of an ONNX model under one --trials budget. "
@@ -40,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
     p.add_argument(
         "--trials",
-        type=int,
+        type=int_in(0),
         default=None,
         help=f"measurements wanted per workload in the DB; a rerun tops up to this number "
         f"(resume after a kill) (default {DEFAULT_TRIALS})",
@@ -50,19 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"search strategy: {', '.join(STRATEGIES)} (default xgb: the XGBoost-guided search, "
                    "seeded from the DB's other records; it beat random search on real hardware, "
                    "see docs/cost_model.md)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the search (default 0)")
+    p.add_argument("--seed", type=int_in(0, SEED_MAX), default=0, help="seed of the search (default 0)")
     p.add_argument(
-        "--batch-size", type=int, default=8, help="configs built in parallel per batch (default 8)"
+        "--batch-size", type=int_in(1), default=8, help="configs built in parallel per batch (default 8)"
     )
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--time-budget", type=float_at_least(0), default=None, metavar="SECONDS",
                    help="per workload: start no new batch after this many seconds (default: none)")
     p.add_argument("--no-transfer", action="store_true",
                    help="model-guided strategies (xgb, sklearn) learn only from this workload's own "
                    "records, not from other workloads / targets in the DB")
-    p.add_argument("--early-stop", type=int, default=None, metavar="N",
+    p.add_argument("--early-stop", type=int_in(1), default=None, metavar="N",
                    help="model-guided strategies stop a workload after N trials without a new best "
                    "(default: never)")
-    p.add_argument("--confirm", type=int, default=3, metavar="K",
+    p.add_argument("--confirm", type=int_in(0), default=3, metavar="K",
                    help="after measuring, time the K fastest configs twice more each, interleaved; a "
                    "config measured several times counts by its median, so the best-known schedule is "
                    "the one fastest on repeat, not the luckiest run (default 3; 0: off)")
@@ -74,27 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Ctrl-C: every measurement is committed as it is taken, so a rerun tops up to --trials
+INTERRUPTED = "; the measurements stored so far are kept, rerun the same command to resume"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_cli(build_parser(), _main, argv, INTERRUPTED)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.model is None and args.op is None and args.shape is None and not args.default_ops:
         args.model = DEFAULT_MODEL
         if args.trials is None:
             args.trials = DEFAULT_MODEL_TRIALS
-    try:
-        if args.confirm < 0:
-            raise UsageError("--confirm must be >= 0")
-        if args.model is not None:
-            from ..graph.cli import run_model_tuning
+    if args.model is not None:
+        from ..graph.cli import run_model_tuning
 
-            return run_model_tuning(args)
-        return _run(args)
-    except (UsageError, WorkloadError) as err:
-        fail(str(err))
+        return run_model_tuning(args)
+    return _run(args)
 
 
 def _workloads(args: argparse.Namespace) -> list:
     if args.op is None:
-        if args.shape:
+        if args.shape is not None:
             raise UsageError("--shape needs --op")
         return [make_workload(o, s) for o, s in DEFAULT_WORKLOADS]
     if not args.shape:
@@ -107,11 +122,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
-    if trials < 0 or args.batch_size < 1:
-        raise UsageError("--trials must be >= 0 and --batch-size >= 1")
-    if args.early_stop is not None and args.early_stop < 1:
-        raise UsageError("--early-stop must be >= 1")
     workloads = _workloads(args)
+    for wl in workloads:
+        check_workload(wl, workload_label(wl))
     target = resolve_target(args.target)
     db = open_db(args.db)
     options = TuneOptions(

@@ -10,11 +10,13 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli.common import UsageError, measure_tools, open_db, resolve_target
+from ..cli.common import UsageError, int_in, measure_tools, open_db, resolve_target
+from ..cli.limits import check_graph
 from .compiler import (
     LAYOUTS,
     Prepared,
@@ -84,7 +86,7 @@ def add_rerank_arg(p: argparse.ArgumentParser) -> None:
     """--rerank (compile.py, bench.py)."""
     p.add_argument(
         "--rerank",
-        type=int,
+        type=int_in(1),
         default=1,
         metavar="K",
         help="CPU models: each subgraph takes the fastest of its K best records timed inside the "
@@ -127,10 +129,18 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
             except ValueError as err:
                 raise UsageError(str(err)) from None
         else:
+            if Path(spec).is_dir():
+                raise UsageError(f"--model {spec} is a directory, not an ONNX file")
             proto = spec
         graph = from_onnx(proto, shapes)
     except GraphError as err:
         raise UsageError(str(err)) from None
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever a malformed file trips in onnx: it is the input's fault
+        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise UsageError(f"cannot import {spec}: {type(err).__name__}{': ' + why if why else ''}") from None
+    check_graph(graph)
     return LoadedModel(spec, graph, proto, shapes)
 
 
@@ -152,18 +162,16 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     from ..search import STRATEGIES, TuneOptions
     from .tuning import tune_model
 
-    if args.op is not None or args.shape:
+    if args.op is not None or args.shape is not None:
         raise UsageError("--model and --op/--shape are exclusive")
     if args.strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
     trials = DEFAULT_MODEL_TRIALS if args.trials is None else args.trials
-    if trials < 0 or args.batch_size < 1:
-        raise UsageError("--trials must be >= 0 and --batch-size >= 1")
     model = load(args.model, args.input_shape)
-    prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
     target = resolve_target(args.target)
-    print(prepared[0].describe(), flush=True)
+    prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
     db = open_db(args.db)
+    print(prepared[0].describe(), flush=True)
     options = TuneOptions(
         trials=trials,
         strategy=args.strategy,
@@ -233,14 +241,22 @@ def onnxruntime_session(model: LoadedModel, threads: int | None = None) -> Any:
     if threads:
         opts.intra_op_num_threads = threads
     src = model.onnx.SerializeToString() if hasattr(model.onnx, "SerializeToString") else str(model.onnx)
-    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types for models it cannot run
+        why = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise UsageError(f"onnxruntime cannot run {model.spec}: {why}") from None
 
 
 def reference_outputs(model: LoadedModel, feeds: dict) -> tuple[list[np.ndarray], str]:
     """The model's outputs from onnxruntime, or from the numpy reference interpreter where
-    onnxruntime is not installed (the GPU machine's image); and which one it was."""
+    onnxruntime is not installed (the GPU machine's image) or cannot run the model; and which one
+    it was."""
     if importlib.util.find_spec("onnxruntime") is not None:
-        return onnxruntime_session(model).run(None, feeds), "onnxruntime"
+        try:
+            return onnxruntime_session(model).run(None, feeds), "onnxruntime"
+        except UsageError:
+            pass
     from .interpreter import run_graph
 
     return run_graph(model.graph, feeds), "numpy reference interpreter"
@@ -274,14 +290,12 @@ def run_model_bench(args: argparse.Namespace) -> int:
     same random inputs, time both in one run."""
     from ..cli.bench import time_callable
 
-    if args.repeat < 1 or args.min_repeat_ms < 0:
-        raise UsageError("--repeat must be >= 1 and --min-repeat-ms >= 0")
     model = load(args.model, args.input_shape)
     target = resolve_target(args.target)
     if target.kind == "cuda":
         return run_model_bench_cuda(args, model, target)
+    session = onnxruntime_session(model)  # before compiling: a model it cannot run is refused at once
     module, feeds, ours = _compile_and_run(args, model, target)
-    session = onnxruntime_session(model)
     ref = session.run(None, feeds)
     err, rel = compare(ours, ref)
     # repeats interleaved (ours, onnxruntime, ours, ...) so a change in machine load hits both sides;
