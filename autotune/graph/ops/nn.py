@@ -61,14 +61,14 @@ def _check_window(node: Node) -> str | None:
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         return f"auto_pad={a['auto_pad']}"
     ks = a.get("kernel_shape")
-    if ks is not None and len(ks) != 2:
-        return f"{len(ks)}-d window (only 2-d)"
+    if ks is not None and len(ks) not in (1, 2):
+        return f"{len(ks)}-d window (only 1-d and 2-d)"
     for key in ("strides", "dilations"):
         v = a.get(key)
-        if v is not None and len(v) != 2:
-            return f"{key}={list(v)} (only 2-d)"
+        if v is not None and len(v) not in (1, 2):
+            return f"{key}={list(v)} (only 1-d and 2-d)"
     pads = a.get("pads")
-    if pads is not None and (len(pads) != 4 or min(pads) < 0):
+    if pads is not None and (len(pads) not in (2, 4) or min(pads) < 0):
         return f"pads={list(pads)}"
     if a.get("storage_order", 0):
         return "storage_order=1"
@@ -150,7 +150,7 @@ class _Conv:
         x, w = same(types[0]), same(types[1])
         nhwc = _is_nhwc(node.attrs)
         if len(x.shape) != 4 or len(w.shape) != 4:
-            raise GraphError(f"Conv node {node.name!r}: only 2-d convolutions (4-d tensors), got {x.shape}")
+            raise GraphError(f"Conv node {node.name!r}: only 1-d and 2-d convolutions, got {x.shape}")
         n, c, h, wd = _nchw_dims(x, nhwc)
         if nhwc:
             kh, kw, cg, f = w.shape
@@ -204,9 +204,6 @@ class _Conv:
         b = tensor_arg(bias)
         axis = 3 if nhwc else 1
         return nd_compute(y.shape, lambda i: y[tuple(i)] + b[i[axis]], name + "_bias", "elementwise")
-
-
-register("Conv", ANCHOR, _check_window)(_Conv)
 
 
 # --- MatMul / Gemm ------------------------------------------------------------------------------------
@@ -378,7 +375,7 @@ class _Pool:
         float_only(node, types)
         x = same(types[0])
         if len(x.shape) != 4:
-            raise GraphError(f"{node.op} node {node.name!r}: only 2-d pooling (4-d tensors)")
+            raise GraphError(f"{node.op} node {node.name!r}: only 1-d and 2-d pooling, got {x.shape}")
         nhwc = _is_nhwc(node.attrs)
         n, c, h, w = _nchw_dims(x, nhwc)
         geo = pool_geometry(node, (h, w))
@@ -476,10 +473,6 @@ def _pool_def(op: str) -> type:
             return pool2d(dict(attrs, _op=op), tensor_arg(args[0]), name)
 
     return _P
-
-
-register("MaxPool", REDUCE, _check_pool)(_pool_def("MaxPool"))
-register("AveragePool", REDUCE, _check_pool)(_pool_def("AveragePool"))
 
 
 class _GlobalPool:
@@ -592,3 +585,81 @@ class _Einsum:
 
 
 register("Einsum", REWRITE, _check_einsum)(_Einsum)
+
+
+# --- 1-d windows: computed as 2-d ones over a height of 1 ---------------------------------------------
+def lift_attrs(attrs: dict) -> dict:
+    """The attributes of a 1-d Conv / pool as those of the same 2-d op over a height-1 input."""
+    out = dict(attrs)
+    for key, pad in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if key in attrs and len(attrs[key]) == 1:
+            out[key] = [pad, int(attrs[key][0])]
+    if "pads" in attrs and len(attrs["pads"]) == 2:
+        out["pads"] = [0, int(attrs["pads"][0]), 0, int(attrs["pads"][1])]
+    return out
+
+
+def _up(t: TensorType | None) -> TensorType | None:
+    return (
+        None
+        if t is None or len(t.shape) != 3
+        else TensorType((t.shape[0], t.shape[1], 1, t.shape[2]), t.dtype)
+    )
+
+
+def _view(x: te.Tensor, shape: Sequence[int], fn: Any, name: str) -> te.Tensor:
+    return nd_compute(tuple(shape), lambda i: x[fn(i)], name, "injective")
+
+
+def lifted(cls: type, op: str) -> type:
+    """``cls`` (a 2-d window op) extended to 3-d tensors (N, C, L) as (N, C, 1, L)."""
+
+    class _Lifted(cls):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+            x = same(types[0])
+            if len(x.shape) != 3:
+                return cls.infer(node, types, consts)
+            n2 = Node(node.op, node.inputs, node.outputs, lift_attrs(node.attrs), node.name)
+            ts = [_up(t) if k < 2 else t for k, t in enumerate(types)]
+            (y,) = cls.infer(n2, ts, consts)
+            return [TensorType((y.shape[0], y.shape[1], y.shape[3]), y.dtype)]
+
+        @staticmethod
+        def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+            if xs[0].ndim != 3:
+                return cls.numpy(node, xs)
+            n2 = Node(node.op, node.inputs, node.outputs, lift_attrs(node.attrs), node.name)
+            ys = [
+                x[:, :, None, :] if k < 2 and x is not None and x.ndim == 3 else x for k, x in enumerate(xs)
+            ]
+            return [contiguous(cls.numpy(n2, ys)[0][:, :, 0, :])]
+
+        @staticmethod
+        def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+            x = tensor_arg(args[0])
+            if x.ndim != 3:
+                return cls.te(attrs, args, name)
+            ups = [
+                _view(
+                    a,
+                    (a.shape[0], a.shape[1], 1, a.shape[2]),
+                    lambda i, a=a: (i[0], i[1], i[3]),
+                    f"{name}_up{k}",
+                )
+                if k < 2 and isinstance(a, te.Tensor) and a.ndim == 3
+                else a
+                for k, a in enumerate(args)
+            ]
+            y = cls.te(lift_attrs(attrs), ups, name)
+            return _view(
+                y, (y.shape[0], y.shape[1], y.shape[3]), lambda i: (i[0], i[1], 0, i[2]), name + "_down"
+            )
+
+    _Lifted.__name__ = f"_{op}Lifted"
+    return _Lifted
+
+
+register("Conv", ANCHOR, _check_window)(lifted(_Conv, "Conv"))
+register("MaxPool", REDUCE, _check_pool)(lifted(_pool_def("MaxPool"), "MaxPool"))
+register("AveragePool", REDUCE, _check_pool)(lifted(_pool_def("AveragePool"), "AveragePool"))

@@ -253,3 +253,43 @@ class _EyeLike(_Folded):
 
 
 register("EyeLike", FOLD)(_EyeLike)
+
+
+def _scatter_reduce(node: Node) -> Any:
+    red = node.attrs.get("reduction", "none")
+    fns = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+    if red not in fns:
+        raise GraphError(f"{node.op} node {node.name!r}: reduction={red!r}")
+    return fns[red]
+
+
+class _ScatterND(_Folded):
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        data, ind, upd = np.asarray(xs[0]), np.asarray(xs[1]).astype(np.int64), np.asarray(xs[2])
+        out = data.copy()
+        fn = _scatter_reduce(node)
+        for pos in np.ndindex(*ind.shape[:-1]):
+            where = tuple(int(v) + (data.shape[d] if v < 0 else 0) for d, v in enumerate(ind[pos]))
+            out[where] = upd[pos] if fn is None else fn(out[where], upd[pos])
+        return [out]
+
+
+class _ScatterElements(_Folded):
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        data, ind, upd = np.asarray(xs[0]), np.asarray(xs[1]).astype(np.int64), np.asarray(xs[2])
+        axis = norm_axis(int(node.attrs.get("axis", 0)), data.ndim, node.op)
+        out = data.copy()
+        fn = _scatter_reduce(node)
+        for pos in np.ndindex(*ind.shape):
+            where = list(pos)
+            v = int(ind[pos])
+            where[axis] = v + data.shape[axis] if v < 0 else v
+            w = tuple(where)
+            out[w] = upd[pos] if fn is None else fn(out[w], upd[pos])
+        return [out]
+
+
+register("ScatterND", FOLD)(_ScatterND)
+register("ScatterElements", FOLD)(_ScatterElements)
