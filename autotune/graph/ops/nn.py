@@ -594,6 +594,10 @@ def lift_attrs(attrs: dict) -> dict:
     for key, pad in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
         if key in attrs and len(attrs[key]) == 1:
             out[key] = [pad, int(attrs[key][0])]
+    if "output_padding" in attrs and len(attrs["output_padding"]) == 1:
+        out["output_padding"] = [0, int(attrs["output_padding"][0])]
+    if "output_shape" in attrs and len(attrs["output_shape"]) == 1:
+        out["output_shape"] = [1, int(attrs["output_shape"][0])]
     if "pads" in attrs and len(attrs["pads"]) == 2:
         out["pads"] = [0, int(attrs["pads"][0]), 0, int(attrs["pads"][1])]
     return out
