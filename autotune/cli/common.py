@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from records import RecordsError, TuningDatabase
+from records.schema import SQLITE_HEADER, check_connection
 
 from ..target import Target, cpu_target, cuda_target
 
@@ -112,10 +114,32 @@ def open_db(path: str, create: bool = True) -> TuningDatabase:
         raise UsageError(f"database {path} does not exist; tune into it first (scripts/tune.py --db {path})")
     if not create and p.is_file() and p.stat().st_size == 0:
         raise UsageError(f"database {path} is an empty file, not a tuning database")
+    _vet_without_writing(p)
     try:
         return TuningDatabase(p, create=create)
     except RecordsError as err:
         raise UsageError(str(err).splitlines()[0]) from None
+
+
+def _vet_without_writing(path: Path) -> None:
+    """Refuse an SQLite file that is not a usable tuning DB (another application's, a newer or older
+    schema, damaged) without creating anything beside it: a read-only open of a WAL-mode file with
+    no -wal yet creates -wal and -shm and leaves them; an immutable open creates nothing (and with
+    no -wal there is no uncommitted content for it to miss)."""
+    if not path.is_file() or Path(f"{path}-wal").exists():
+        return
+    with path.open("rb") as fh:
+        if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            return  # not SQLite at all: TuningDatabase says so without opening it
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        check_connection(conn, str(path))
+    except RecordsError as err:
+        raise UsageError(str(err).splitlines()[0]) from None
+    except sqlite3.DatabaseError as err:
+        raise UsageError(f"{path} is not a usable SQLite database: {err}") from None
+    finally:
+        conn.close()
 
 
 def resolve_target(kind: str) -> Target:

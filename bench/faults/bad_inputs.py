@@ -94,6 +94,7 @@ def make_models(where: Path) -> None:
     save(relu(["N", 8]), "dynamic.onnx")
     save(relu([1, 0, 4]), "zero_dim.onnx")
     save(relu([2, 8], elem=TensorProto.FLOAT16), "half_input.onnx")
+    save(relu([2, 8], elem=TensorProto.INT64), "int64_relu.onnx")  # ours runs it, onnxruntime has no kernel
     save(_onnx_model([helper.make_node("Add", ["x", "nowhere"], ["y"])], [_vi("x", [2, 8])],
                      [_vi("y", [2, 8])]), "undefined_value.onnx")
     save(_onnx_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, 8])],
@@ -290,6 +291,8 @@ BENCH_CASES = [
     ("model with a foreign DB", "another application", f"{M} --db foreign.db"),
     ("model, --rerank 0", "--rerank", f"{M} --db tuned.db --rerank 0"),
     ("model, --repeat 0", "--repeat", f"{M} --db tuned.db --repeat 0"),
+    ("model onnxruntime cannot run (the baseline)", "onnxruntime cannot run",
+     "--model int64_relu.onnx --db tuned.db"),
 ]
 # bench_search's JSON option (the one command-line option that takes JSON)
 BENCH_SEARCH_CASES = [
