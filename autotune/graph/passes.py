@@ -10,6 +10,7 @@
 - ``remove_identities``  Identity / Dropout disappear
 - ``split_to_slices``    Split -> one Slice per output
 - ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
+- ``matmul_vectors_to_matrices`` MatMul of a 1-d operand -> a matrix product, reshaped
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
@@ -617,6 +618,33 @@ def lower_einsum(graph: Graph) -> Graph:
     return eliminate_dead_code(infer_types(remove_identities(g)))
 
 
+def matmul_vectors_to_matrices(graph: Graph) -> Graph:
+    """MatMul with a 1-d operand -> the same product of a one-row / one-column matrix, reshaped."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        shapes = [g.types[v].shape for v in n.inputs[:2]] if n.op == "MatMul" else []
+        if not shapes or min(len(s) for s in shapes) > 1:
+            out.append(n)
+            continue
+        ins = []
+        for k, (v, s) in enumerate(zip(n.inputs, shapes)):
+            if len(s) == 1:
+                shape = (1, s[0]) if k == 0 else (s[0], 1)
+                spec = _add_const(g, f"{n.name}_mat{k}_shape", np.asarray(shape, dtype=np.int64))
+                m = _new_value(g, f"{n.name}_mat{k}", TensorType(shape, g.types[v].dtype))
+                out.append(Node("Reshape", [v, spec], [m], {}, g.fresh_name(f"{n.name}_mat{k}")))
+                v = m
+            ins.append(v)
+        y = n.outputs[0]
+        mm = _new_value(g, y + "_mat", TensorType((1,), g.types[y].dtype))
+        out.append(Node("MatMul", ins, [mm], {}, n.name))
+        spec = _add_const(g, f"{n.name}_out_shape", np.asarray(g.types[y].shape, dtype=np.int64))
+        out.append(Node("Reshape", [mm, spec], [y], {}, g.fresh_name(n.name + "_out")))
+    g.nodes = out
+    return infer_types(g)
+
+
 def absorb_const_operands(graph: Graph) -> Graph:
     """Constant operands that parametrise a kernel (``OpDef.const_operands``: axes, pads, starts...)
     become attributes ``_<name>``, so the kernel's description carries them as values."""
@@ -641,6 +669,7 @@ def optimize(
     g = remove_identities(g)
     g = split_to_slices(g)
     g = lower_einsum(g)
+    g = matmul_vectors_to_matrices(g)
     g = canonicalize_gemm(g)
     g = fuse_gelu(g)
     g = fold_batch_norm(g)

@@ -208,12 +208,16 @@ class _Conv:
 
 # --- MatMul / Gemm ------------------------------------------------------------------------------------
 def matmul_shape(a: Sequence[int], b: Sequence[int], name: str) -> tuple[int, ...]:
-    if len(a) < 2 or len(b) < 2:
-        raise GraphError(f"MatMul node {name!r}: 1-d operands are not supported ({tuple(a)} @ {tuple(b)})")
-    if a[-1] != b[-2]:
+    """numpy's matmul shape: a 1-d left operand is a row, a 1-d right operand a column, and the
+    dimension it adds is dropped from the result."""
+    if not a or not b:
+        raise GraphError(f"MatMul node {name!r}: 0-d operands ({tuple(a)} @ {tuple(b)})")
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
         raise GraphError(f"MatMul node {name!r}: inner dims differ ({tuple(a)} @ {tuple(b)})")
-    batch = broadcast_shapes(a[:-2], b[:-2])
-    return (*batch, a[-2], b[-1])
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    return (*batch, *a2[-2 : -1 if len(a) > 1 else -2], *b2[-1 if len(b) > 1 else len(b2) : len(b2)])
 
 
 class _MatMul:
