@@ -6,8 +6,9 @@ decide which are valid (``SearchSpace.default_config``). The last proposal of ev
 plain schedule that every space of its kind accepts, so a default always exists.
 
 CPU, a tiled reduction (matmul, convolution; ``Sketch.mode`` cache_write / epilogue):
-- register tile (level 3): the innermost spatial axis one vector wide (the target's lanes), the
-  axes outside it as many rows as two thirds of the vector accumulators hold, innermost first;
+- register tile (level 3): the innermost spatial axis one or two vectors wide (the target's
+  lanes; one where no operand is contiguous along it), the axes outside it as many rows as two
+  thirds of the vector accumulators hold, innermost first (``register_tile``);
 - reduction split (R1, the loops around the register tile): up to REDUCE_STEP steps, the
   innermost (contiguous) reduction axis first;
 - parallel tiles (level 0): the outer tile loops take just enough iterations for
@@ -16,7 +17,8 @@ CPU, a tiled reduction (matmul, convolution; ``Sketch.mode`` cache_write / epilo
 - a model constant operand (the weights) pre-tiled at compile time; when the weights outweigh the
   output, the tiles are visited weight axis outermost (each thread keeps its weight panels);
 - the register tile unrolled, its accumulators kept in registers across the reduction;
-- padding computed as its own stage (no selects in the inner loop).
+- padding inlined into the reads (a padded copy is a pass over the whole input: 4x the time of a
+  depthwise convolution, and no faster for a dense one).
 CPU, every other workload: producers inlined, reductions vectorized along a contiguous reduction
 axis (or across contiguous output rows), coefficient axes unrolled.
 
@@ -130,7 +132,7 @@ def _choices(space: SearchSpace, name: str) -> tuple:
 def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - a CpuSketch
     """Rule-based configs of a CPU space, best first (see the module docstring)."""
     tiled = sk.mode in ("cache_write", "epilogue")
-    base: Config = {f"inline_{n}": 0 if tiled else 1 for n in sk.inline_knob}
+    base: Config = {f"inline_{n}": 1 for n in sk.inline_knob}
     if not tiled:
         choices = _choices(space, "vector_reduce")
         base["vector_reduce"] = _vector_reduce(sk, choices)
