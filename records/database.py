@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -15,7 +17,9 @@ import sqlite_utils
 
 from .errors import RecordsError
 from .jsonl import Batch, dump_lines, parse_lines
+from .owner import CLAIM_TTL_S, owner_alive
 from .record import (
+    CONFIRM_LABEL,
     MeasurementRecord,
     canonical_json,
     check_record,
@@ -27,8 +31,14 @@ from .schema import (
     check_connection,
     create_schema,
     inspect_file,
+    migrate,
     open_readonly,
 )
+
+log = logging.getLogger("records")
+
+# What reading a damaged row raises: bad JSON (a ValueError), a wrong type, a missing field.
+ROW_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecordsError)
 
 PathLike = str | Path
 
@@ -65,18 +75,31 @@ def _target_from_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class TuningDatabase:
-    """One tuning database file; safe to share between processes (WAL)."""
+    """One tuning database file; safe to share between processes (WAL).
 
-    def __init__(self, path: PathLike, *, create: bool = True) -> None:
+    ``readonly``: open with SQLite's mode=ro (immutable=1 where the directory cannot be written), so
+    a database in a read-only location can be read (compile, bench); a file of an older schema is
+    then read as it is. Rows that cannot be read (damaged JSON) are skipped by every read, counted
+    in ``skipped`` and named in one logged warning; ``scripts/db.py repair`` moves them aside."""
+
+    def __init__(self, path: PathLike, *, create: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
         self._memory = str(path) == ":memory:"
+        self.readonly = readonly and not self._memory
+        self.skipped: dict[tuple[str, str], str] = {}  # (table, id or key) -> why it cannot be read
         state = FileState.EMPTY if self._memory else inspect_file(self.path)
-        if state is FileState.MISSING and not create:
+        if state is FileState.MISSING and (not create or self.readonly):
             raise RecordsError(f"{self.path} does not exist (create=False)")
-        if state is FileState.EMPTY and not create and not self._memory:
+        if state is FileState.EMPTY and (not create or self.readonly) and not self._memory:
             raise RecordsError(
                 f"{self.path} is empty, not a tuning database (create=False)"
             )
+        if self.readonly:
+            self.db = sqlite_utils.Database(open_readonly(self.path), execute_plugins=False)
+            self.db.execute("PRAGMA busy_timeout=30000")
+            return
+        if state is not FileState.MISSING and not self._memory:
+            _check_writable(self.path)
         if state is FileState.MISSING:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         # Only now, after inspect_file() vetted the file read-only, may we write to it.
@@ -86,6 +109,11 @@ class TuningDatabase:
         )
         try:
             self._setup(state)
+        except sqlite3.OperationalError as exc:
+            self.db.close()
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise RecordsError(_read_only_message(self.path)) from None
+            raise RecordsError(f"cannot open {self.path}: {exc}") from None
         except BaseException:
             self.db.close()
             raise
@@ -102,8 +130,11 @@ class TuningDatabase:
         with self._write():
             # Re-check under the write lock: another process may have created the
             # schema (or something else) since inspect_file() looked.
-            if check_connection(self.db.conn, str(self.path)) is FileState.EMPTY:
+            now = check_connection(self.db.conn, str(self.path))
+            if now is FileState.EMPTY:
                 create_schema(self.db.conn)
+            elif now is FileState.OLDER:
+                migrate(self.db.conn, str(self.path))
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -128,6 +159,8 @@ class TuningDatabase:
         a deferred read-then-write transaction could fail at once with SQLITE_BUSY
         when another process committed in between.
         """
+        if self.readonly:
+            raise RecordsError(f"{self.path} was opened read-only; it cannot be written")
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -161,14 +194,121 @@ class TuningDatabase:
         """Store one record durably and return its id."""
         return self.add_measurements([rec])[0]
 
-    def add_measurements(self, recs: Iterable[MeasurementRecord]) -> list[int]:
-        """Store records in one committed transaction; return their ids in order."""
+    def add_measurements(
+        self, recs: Iterable[MeasurementRecord], claimed_by: str | None = None
+    ) -> list[int]:
+        """Store records in one committed transaction; return their ids in order. ``claimed_by``:
+        the owner's claims on these configs are released in the same transaction (and its other
+        claims renewed), so a config is always either claimed or measured."""
         rows = [self._prepare(rec) for rec in recs]
         ids: list[int] = []
         with self._write():
             for row in rows:
                 ids.append(self._insert_row(row, where="add_measurement"))
+                if claimed_by is not None:
+                    self.db.execute(
+                        "DELETE FROM claims WHERE workload_key = ? AND target_key = ? AND owner = ?"
+                        " AND config_key IN (?, ?)",
+                        [row["workload_key"], row["target_key"], claimed_by, row["config_key"],
+                         confirm_claim_key(row["config_key"])],
+                    )
+            if claimed_by is not None:
+                self.db.execute(
+                    "UPDATE claims SET expires_at = ? WHERE owner = ?",
+                    [time.time() + CLAIM_TTL_S, claimed_by],
+                )
         return ids
+
+    # -- claims (several tuners on one database) ------------------------------
+
+    def claim(
+        self,
+        workload_key: str,
+        target_key: str,
+        config_keys: Iterable[str],
+        owner: str,
+        budget: int | None = None,
+        ttl_s: float = CLAIM_TTL_S,
+    ) -> list[str]:
+        """Claim configs of a pair for ``owner`` to measure; returns the keys granted, in order.
+
+        One write transaction: claims that expired or whose owner process has ended are dropped
+        first; a key already measured (keys of the form confirm_claim_key(k) excepted) or claimed
+        by another owner is not granted; and with ``budget``, no more are granted than keep the
+        pair's measured configs plus every live claim within it."""
+        keys = list(dict.fromkeys(config_keys))
+        now = time.time()
+        granted: list[str] = []
+        with self._write():
+            self._drop_stale_claims(workload_key, target_key, now)
+            measured = self.measured_config_keys(workload_key, target_key, search_only=True)
+            held = {
+                r[0]: r[1]
+                for r in self.db.execute(
+                    "SELECT config_key, owner FROM claims WHERE workload_key = ? AND target_key = ?",
+                    [workload_key, target_key],
+                )
+            }
+            room = None
+            if budget is not None:
+                pending = sum(1 for k in held if not k.startswith(_CONFIRM_PREFIX) and k not in measured)
+                room = budget - len(measured) - pending
+            for key in keys:
+                confirm = key.startswith(_CONFIRM_PREFIX)
+                if (not confirm and key in measured) or held.get(key, owner) != owner:
+                    continue
+                if key not in held and not confirm and room is not None:
+                    if room <= 0:
+                        break
+                    room -= 1
+                self.db.execute(
+                    "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?)",
+                    [workload_key, target_key, key, owner, now + ttl_s],
+                )
+                granted.append(key)
+        return granted
+
+    def _drop_stale_claims(self, workload_key: str, target_key: str, now: float) -> None:
+        rows = self.db.execute(
+            "SELECT config_key, owner, expires_at FROM claims WHERE workload_key = ? AND target_key = ?",
+            [workload_key, target_key],
+        ).fetchall()
+        dead = {o for _, o, _ in rows if not owner_alive(o)}
+        for key, o, expires in rows:
+            if expires < now or o in dead:
+                self.db.execute(
+                    "DELETE FROM claims WHERE workload_key = ? AND target_key = ? AND config_key = ?",
+                    [workload_key, target_key, key],
+                )
+
+    def release_claims(self, owner: str, config_keys: Iterable[str] | None = None) -> int:
+        """Drop ``owner``'s claims (all of them, or those of ``config_keys``); returns how many."""
+        with self._write():
+            if config_keys is None:
+                cur = self.db.execute("DELETE FROM claims WHERE owner = ?", [owner])
+                return cur.rowcount
+            n = 0
+            for key in config_keys:
+                n += self.db.execute(
+                    "DELETE FROM claims WHERE owner = ? AND config_key = ?", [owner, key]
+                ).rowcount
+            return n
+
+    def claims(self) -> list[dict[str, Any]]:
+        """Every claim: workload_key, target_key, config_key, owner, expires_at, live (not expired,
+        owner running)."""
+        if not self._has_table("claims"):
+            return []
+        now = time.time()
+        return [
+            {**r, "live": r["expires_at"] >= now and owner_alive(r["owner"])}
+            for r in self.db.query("SELECT * FROM claims ORDER BY workload_key, target_key, config_key")
+        ]
+
+    def _has_table(self, name: str) -> bool:
+        return self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name]
+        ).fetchone() is not None
 
     @staticmethod
     def _prepare(rec: MeasurementRecord) -> dict[str, Any]:
@@ -193,54 +333,131 @@ class TuningDatabase:
 
     # -- reads ---------------------------------------------------------------
 
-    def measured_config_keys(self, workload_key: str, target_key: str) -> set[str]:
-        """config_key of every stored attempt (errors included), for resuming."""
+    def measured_config_keys(
+        self, workload_key: str, target_key: str, search_only: bool = False
+    ) -> set[str]:
+        """config_key of every stored attempt (errors included), for resuming; ``search_only``
+        leaves out configs whose only records are confirmations."""
+        extra = " AND tuner != ?" if search_only else ""
         rows = self.db.execute(
-            "SELECT DISTINCT config_key FROM measurements WHERE workload_key = ? AND target_key = ?",
-            [workload_key, target_key],
+            "SELECT DISTINCT config_key FROM measurements WHERE workload_key = ? AND target_key = ?"
+            + extra,
+            [workload_key, target_key] + ([CONFIRM_LABEL] if search_only else []),
         )
         return {r[0] for r in rows}
 
-    # A config measured more than once (tuning re-measures its finalists: confirm_finalists in
-    # autotune/search/tune.py) is ranked by the upper median of its records' mean times, so one
-    # lucky run does not make it the best; a config measured once is ranked by that record.
-    _PER_CONFIG = """SELECT * FROM (
-            SELECT m.*, ROW_NUMBER() OVER (
-                       PARTITION BY workload_key, target_key, config_key ORDER BY mean_s, id) AS rn_,
-                   COUNT(*) OVER (PARTITION BY workload_key, target_key, config_key) AS n_
-            FROM measurements AS m
-            WHERE {where} error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
-        ) WHERE rn_ = n_ / 2 + 1"""
+    def confirmations(self, workload_key: str, target_key: str) -> dict[str, int]:
+        """config_key -> number of confirmation records (errors included) of the pair."""
+        rows = self.db.execute(
+            "SELECT config_key, COUNT(*) FROM measurements WHERE workload_key = ? AND target_key = ?"
+            " AND tuner = ? GROUP BY config_key",
+            [workload_key, target_key, CONFIRM_LABEL],
+        )
+        return {r[0]: int(r[1]) for r in rows}
 
-    def _fastest(self, workload_key: str, target_key: str, limit: int | None) -> Iterator[dict[str, Any]]:
-        """One row per verified, error-free config of the pair (its upper-median record), fastest
-        first (at most ``limit``)."""
+    def search_top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
+        """The ``k`` fastest configs by their search records alone (confirmations left out), one
+        record each: a tuning run's finalists, the same however far their confirmation got."""
+        sql = """SELECT * FROM (
+                SELECT m.*, ROW_NUMBER() OVER (PARTITION BY config_key ORDER BY mean_s, id) AS rn_
+                FROM measurements AS m
+                WHERE workload_key = ? AND target_key = ? AND tuner != ?
+                  AND error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
+            ) WHERE rn_ = 1 ORDER BY mean_s, id"""
+        return self._take(self.db.query(sql, [workload_key, target_key, CONFIRM_LABEL]), k)
+
+    def _take(self, rows: Iterable[dict[str, Any]], k: int | None) -> list[MeasurementRecord]:
+        """The first ``k`` readable records of ``rows`` (unreadable ones skipped and reported)."""
+        out: list[MeasurementRecord] = []
+        for rec in self._readable(rows):
+            if k is not None and len(out) >= k:
+                break
+            out.append(rec)
+        return out
+
+    def _readable(self, rows: Iterable[dict[str, Any]]) -> Iterator[MeasurementRecord]:
+        for row in rows:
+            try:
+                rec = record_from_row(row)
+            except ROW_ERRORS as exc:
+                self._skip("measurements", str(row.get("id")), exc)
+                continue
+            yield rec
+
+    def _skip(self, table: str, key: str, exc: BaseException) -> None:
+        """Count an unreadable row; the first time one is met, scan for every other one and name
+        them all in one warning."""
+        if (table, key) in self.skipped:
+            return
+        first = not self.skipped
+        self.skipped[(table, key)] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if not first:
+            return
+        from .maintenance import unreadable_rows  # (a full scan, only once a bad row turned up)
+
+        for t, k, why in unreadable_rows(self.db.conn):
+            self.skipped.setdefault((t, k), why)
+        names = ", ".join(f"{t} {k}" for t, k in sorted(self.skipped))
+        log.warning(
+            "%s: %d unreadable row(s) skipped (%s); `scripts/db.py check %s` lists them, "
+            "`scripts/db.py repair %s` moves them aside",
+            self.path, len(self.skipped), names, self.path, self.path,
+        )
+
+    # A config measured more than once (tuning re-measures its finalists: autotune/search/confirm.py)
+    # is ranked by the upper median of its records' mean times, so one lucky run does not make it
+    # the best; a config measured once is ranked by that record. Where some configs of a pair have
+    # confirmation records, those with the most (unconfirmed_ = 0) rank before every other: a
+    # config whose confirmations are missing (a run killed while confirming, a config measured
+    # after the last confirmation) never beats finalists that have theirs.
+    _PER_CONFIG = """SELECT c.*, (conf_ < MAX(conf_) OVER (PARTITION BY workload_key, target_key))
+                   AS unconfirmed_
+        FROM (
+            SELECT r.*, COALESCE(k.n, 0) AS conf_ FROM (
+                SELECT m.*, ROW_NUMBER() OVER (
+                           PARTITION BY workload_key, target_key, config_key ORDER BY mean_s, id) AS rn_,
+                       COUNT(*) OVER (PARTITION BY workload_key, target_key, config_key) AS n_
+                FROM measurements AS m
+                WHERE {where} error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
+            ) AS r LEFT JOIN (
+                SELECT workload_key, target_key, config_key, COUNT(*) AS n FROM measurements
+                WHERE {where} tuner = '""" + CONFIRM_LABEL + """'
+                GROUP BY workload_key, target_key, config_key
+            ) AS k USING (workload_key, target_key, config_key)
+            WHERE r.rn_ = r.n_ / 2 + 1
+        ) AS c"""
+
+    def _fastest(self, workload_key: str, target_key: str) -> Iterator[dict[str, Any]]:
+        """One row per verified, error-free config of the pair (its upper-median record), best
+        first (confirmed finalists before the rest, then by time)."""
         sql = self._PER_CONFIG.format(where="workload_key = ? AND target_key = ? AND")
         return self.db.query(
-            f"{sql} ORDER BY mean_s, id LIMIT ?",
-            [workload_key, target_key, -1 if limit is None else limit],
+            f"{sql} ORDER BY unconfirmed_, mean_s, id", [workload_key, target_key] * 2
         )
 
     def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
-        """The fastest verified, error-free config of the pair (by the upper median of its records),
-        as that record; None if there is none."""
-        rows = list(self._fastest(workload_key, target_key, 1))
-        return record_from_row(rows[0]) if rows else None
+        """The fastest verified, error-free config of the pair (by the upper median of its records;
+        confirmed finalists first, see _PER_CONFIG), as that record; None if there is none."""
+        found = self._take(self._fastest(workload_key, target_key), 1)
+        return found[0] if found else None
 
     def top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
-        """The ``k`` fastest verified, error-free configs of the pair (ranked as ``best``), fastest first."""
-        return [record_from_row(r) for r in self._fastest(workload_key, target_key, k)]
+        """The ``k`` best verified, error-free configs of the pair (ranked as ``best``), best first."""
+        return self._take(self._fastest(workload_key, target_key), k)
 
     def best_per_workload(self, target_key: str | None = None) -> list[MeasurementRecord]:
         """The best record (as ``best``) of every (workload, target) pair, optionally for one target."""
         where = "target_key = ? AND" if target_key is not None else ""
         sql = f"""SELECT * FROM (
                 SELECT c.*, ROW_NUMBER() OVER (
-                    PARTITION BY workload_key, target_key ORDER BY mean_s, id) AS rank_
+                    PARTITION BY workload_key, target_key ORDER BY unconfirmed_, mean_s, id) AS rank_
                 FROM ({self._PER_CONFIG.format(where=where)}) AS c
-            ) WHERE rank_ = 1 ORDER BY workload_key, target_key"""
-        rows = self.db.query(sql, [target_key] if target_key is not None else [])
-        return [record_from_row(r) for r in rows]
+            ) ORDER BY workload_key, target_key, rank_"""
+        rows = self.db.query(sql, [target_key] * 2 if target_key is not None else [])
+        out: dict[tuple[str, str], MeasurementRecord] = {}
+        for rec in self._readable(rows):  # the first readable config of each pair
+            out.setdefault((rec.workload_key, rec.target_key), rec)
+        return list(out.values())
 
     def measurements(
         self, workload_key: str | None = None, target_key: str | None = None
@@ -252,10 +469,9 @@ class TuningDatabase:
         self, workload_key: str | None = None, target_key: str | None = None
     ) -> Iterator[MeasurementRecord]:
         where, args = _where(workload_key=workload_key, target_key=target_key)
-        for row in self.db.query(
-            f"SELECT * FROM measurements{where} ORDER BY id", args
-        ):
-            yield record_from_row(row)
+        yield from self._readable(
+            self.db.query(f"SELECT * FROM measurements{where} ORDER BY id", args)
+        )
 
     def count(
         self,
@@ -274,29 +490,34 @@ class TuningDatabase:
             ).fetchone()[0]
         )
 
+    def _rows_of(self, table: str, parse: Any, key: str | None = None) -> list[dict[str, Any]]:
+        """Parsed rows of workloads or targets (all, or the one of ``key``), unreadable ones skipped."""
+        where, args = (" WHERE key = ?", [key]) if key is not None else ("", [])
+        out = []
+        for row in self.db.query(f"SELECT * FROM {table}{where} ORDER BY key", args):
+            try:
+                out.append(parse(row))
+            except ROW_ERRORS as exc:
+                self._skip(table, str(row.get("key")), exc)
+        return out
+
     def workload(self, key: str) -> dict[str, Any] | None:
         """``{key, name, description, flops}`` or None."""
-        rows = list(self.db.query("SELECT * FROM workloads WHERE key = ?", [key]))
-        return _workload_from_row(rows[0]) if rows else None
+        rows = self._rows_of("workloads", _workload_from_row, key)
+        return rows[0] if rows else None
 
     def workloads(self) -> list[dict[str, Any]]:
         """All workloads, ordered by key."""
-        return [
-            _workload_from_row(r)
-            for r in self.db.query("SELECT * FROM workloads ORDER BY key")
-        ]
+        return self._rows_of("workloads", _workload_from_row)
 
     def target(self, key: str) -> dict[str, Any] | None:
         """``{key, kind, fingerprint}`` or None."""
-        rows = list(self.db.query("SELECT * FROM targets WHERE key = ?", [key]))
-        return _target_from_row(rows[0]) if rows else None
+        rows = self._rows_of("targets", _target_from_row, key)
+        return rows[0] if rows else None
 
     def targets(self) -> list[dict[str, Any]]:
         """All targets, ordered by key."""
-        return [
-            _target_from_row(r)
-            for r in self.db.query("SELECT * FROM targets ORDER BY key")
-        ]
+        return self._rows_of("targets", _target_from_row)
 
     # -- exchange ------------------------------------------------------------
 
@@ -327,28 +548,20 @@ class TuningDatabase:
             raise RecordsError(f"{other} does not exist")
         if state is FileState.EMPTY:
             return 0
-        conn = open_readonly(other)
+        src = TuningDatabase(other, readonly=True)
         try:
-            src = sqlite_utils.Database(conn, execute_plugins=False)
-            # One read transaction: a consistent snapshot even if a tuner is writing.
-            conn.execute("BEGIN")
+            # One read transaction: a consistent snapshot even if a tuner is writing; rows of the
+            # other file that cannot be read are skipped (and named in one warning).
+            src.db.execute("BEGIN")
             batch = Batch(
-                workloads=[
-                    (0, _workload_from_row(r))
-                    for r in src.query("SELECT * FROM workloads")
-                ],
-                targets=[
-                    (0, _target_from_row(r)) for r in src.query("SELECT * FROM targets")
-                ],
-                measurements=[
-                    (r["id"], record_from_row(r))
-                    for r in src.query("SELECT * FROM measurements ORDER BY id")
-                ],
+                workloads=[(0, w) for w in src.workloads()],
+                targets=[(0, t) for t in src.targets()],
+                measurements=[(r.id or 0, r) for r in src.measurements()],
             )
         except sqlite3.Error as exc:
             raise RecordsError(f"cannot read {other}: {exc}") from None
         finally:
-            conn.close()
+            src.close()
         return self._apply(batch, f"{other}: row")
 
     def _apply(self, batch: Batch, where: str) -> int:
@@ -380,6 +593,26 @@ class TuningDatabase:
                     self._insert_row(row, where=f"{where} {lineno}")
                     added += 1
         return added
+
+
+_CONFIRM_PREFIX = "confirm:"
+
+
+def confirm_claim_key(config_key: str) -> str:
+    """The claim key of confirming a config (distinct from the claim of measuring it)."""
+    return _CONFIRM_PREFIX + config_key
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, before SQLite tries and fails mid-write, a file this process may not write (or whose
+    directory it cannot write the -wal and -shm files into)."""
+    if not os.access(path, os.W_OK) or not os.access(path.resolve().parent, os.W_OK | os.X_OK):
+        raise RecordsError(_read_only_message(path))
+
+
+def _read_only_message(path: Path) -> str:
+    return (f"{path} is read-only (the file or its directory); tuning needs a writable database "
+            "(compile and bench can read this one as it is)")
 
 
 def _write_lines(fh: IO[str], lines: Iterable[str]) -> int:

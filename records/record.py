@@ -11,6 +11,10 @@ from typing import Any
 
 from .errors import RecordsError
 
+# The tuner label of re-measurements of a tuning run's finalists (autotune/search/confirm.py); the
+# best-known config of a pair is ranked by these as well as by the search's own records.
+CONFIRM_LABEL = "confirm"
+
 
 def canonical_json(value: Any) -> str:
     """Encode ``value`` as compact, key-sorted, strict JSON (stable across runs)."""
@@ -54,6 +58,16 @@ class MeasurementRecord:
         if not self.ok:
             return math.inf
         return math.fsum(self.costs) / len(self.costs)
+
+    @property
+    def spread(self) -> float:
+        """The record's noise figure: (slowest - fastest) / median of its repeated timings; 0.0 for
+        one timing, ``math.inf`` for a failed run."""
+        if not self.ok:
+            return math.inf
+        ordered = sorted(self.costs)
+        median = ordered[len(ordered) // 2]
+        return (ordered[-1] - ordered[0]) / median if median > 0 else 0.0
 
 
 def _expect(cond: bool, what: str) -> None:

@@ -8,12 +8,35 @@ from pathlib import Path
 
 from .errors import ForeignDatabaseError, RecordsError, SchemaVersionError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP_ID = "autotune-records"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
-TABLES = ("meta", "workloads", "targets", "measurements")
+TABLES = ("meta", "workloads", "targets", "measurements", "claims", "quarantine")
+# Tables a reader needs; a schema-1 file (without claims and quarantine) can be read as it is.
+READ_TABLES = ("meta", "workloads", "targets", "measurements")
 VIEWS = ("best_measurements",)
+
+# Schema 2: claims (which process measures which config now, so tuners sharing a DB never measure a
+# config twice) and quarantine (rows moved aside by `scripts/db.py repair` because they cannot be read).
+_DDL_2: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS claims (
+        workload_key TEXT NOT NULL,
+        target_key TEXT NOT NULL,
+        config_key TEXT NOT NULL,   -- a config's key, or 'confirm:' + its key for a confirmation
+        owner TEXT NOT NULL,        -- host:pid:start-time of the claiming process
+        expires_at REAL NOT NULL,   -- unix seconds; after this the claim may be taken over
+        PRIMARY KEY (workload_key, target_key, config_key)
+    )""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        id INTEGER PRIMARY KEY,
+        source_table TEXT NOT NULL,
+        source_key TEXT NOT NULL,   -- the row's id (measurements) or key (workloads, targets)
+        row TEXT NOT NULL,          -- every column of the row, as JSON (text columns verbatim)
+        reason TEXT NOT NULL,
+        moved_at REAL NOT NULL
+    )""",
+)
 
 # Plain SQL rather than sqlite_utils' create(): it gives exact column types,
 # CHECK constraints and foreign keys, and is readable as the schema reference.
@@ -64,7 +87,10 @@ DDL: tuple[str, ...] = (
             FROM measurements AS m
             WHERE error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
         ) WHERE rank_ = 1""",
-)
+) + _DDL_2
+
+# version -> the statements that bring a file of that version to the next one
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _DDL_2}
 
 
 class FileState(Enum):
@@ -73,6 +99,7 @@ class FileState(Enum):
     MISSING = "missing"
     EMPTY = "empty"  # zero bytes, or a valid SQLite file with no schema objects
     OURS = "ours"
+    OLDER = "older"  # ours, of an older schema that MIGRATIONS brings up to date (readable as it is)
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
@@ -83,6 +110,25 @@ def create_schema(conn: sqlite3.Connection) -> None:
         "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
         [("app", APP_ID), ("schema_version", str(SCHEMA_VERSION))],
     )
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring an OLDER file up to SCHEMA_VERSION; the caller owns the (write) transaction."""
+    version = _schema_version(dict(conn.execute("SELECT key, value FROM meta").fetchall()), path)
+    while version < SCHEMA_VERSION:
+        for stmt in MIGRATIONS[version]:
+            conn.execute(stmt)
+        version += 1
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+
+
+def _schema_version(meta: dict, path: str) -> int:
+    try:
+        return int(meta["schema_version"])
+    except (KeyError, TypeError, ValueError):
+        raise RecordsError(
+            f"{path} has no valid schema_version in its meta table"
+        ) from None
 
 
 def check_connection(conn: sqlite3.Connection, path: str) -> FileState:
@@ -112,25 +158,21 @@ def check_connection(conn: sqlite3.Connection, path: str) -> FileState:
         raise ForeignDatabaseError(
             f"{path} is an SQLite database of another application (app={meta.get('app')!r})"
         )
-    try:
-        version = int(meta["schema_version"])
-    except (KeyError, TypeError, ValueError):
-        raise RecordsError(
-            f"{path} has no valid schema_version in its meta table"
-        ) from None
+    version = _schema_version(meta, path)
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{path} was written by a newer version (schema {version} > {SCHEMA_VERSION})"
         )
-    if version < SCHEMA_VERSION:
-        # No migrations exist yet; refuse rather than misread old rows.
+    if version < SCHEMA_VERSION and version not in MIGRATIONS:
+        # refuse rather than misread old rows
         raise SchemaVersionError(
             f"{path} uses an older schema ({version} < {SCHEMA_VERSION}) and no migration exists"
         )
-    missing = [n for n in TABLES + VIEWS if n not in names]
+    needed = TABLES if version == SCHEMA_VERSION else READ_TABLES
+    missing = [n for n in needed + VIEWS if n not in names]
     if missing:
         raise RecordsError(f"{path} is incomplete: missing {', '.join(missing)}")
-    return FileState.OURS
+    return FileState.OURS if version == SCHEMA_VERSION else FileState.OLDER
 
 
 def inspect_file(path: Path) -> FileState:
@@ -164,9 +206,19 @@ def inspect_file(path: Path) -> FileState:
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:
-    """Open an already-validated database for reading only."""
-    uri = f"{path.resolve().as_uri()}?mode=ro"
+    """Open an already-validated database for reading only: SQLite's mode=ro, or, where that cannot
+    work (a WAL file in a directory this process may not write, so the -shm index cannot be made),
+    immutable=1, which reads the main file as it is and creates nothing beside it."""
+    base = path.resolve().as_uri()
     try:
-        return sqlite3.connect(uri, uri=True, timeout=30.0)
+        conn = sqlite3.connect(f"{base}?mode=ro", uri=True, timeout=30.0)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
     except sqlite3.Error as exc:
-        raise RecordsError(f"cannot open {path}: {exc}") from None
+        first = exc
+    try:
+        conn = sqlite3.connect(f"{base}?mode=ro&immutable=1", uri=True, timeout=30.0)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.Error:
+        raise RecordsError(f"cannot open {path} read-only: {first}") from None

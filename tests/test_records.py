@@ -444,7 +444,7 @@ def test_sqlite_utils_cli_reads_the_file(db: TuningDatabase) -> None:
         check=True,
     )
     names = {t["table"] for t in json.loads(tables.stdout)}
-    assert names == {"meta", "workloads", "targets", "measurements"}
+    assert names == {"meta", "workloads", "targets", "measurements", "claims", "quarantine"}
     rows = subprocess.run(
         [*cli, "rows", str(db.path), "measurements"],
         capture_output=True,
