@@ -12,6 +12,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -90,10 +91,20 @@ def interleaved_ms(fns: dict[str, Any], repeat: int, min_repeat_ms: float) -> di
 
 
 def evaluate(spec: ModelSpec, exporter: str, cache: Path, db: str | None = None, timing: bool = True,
-             repeat: int = 5, min_repeat_ms: float = 200.0, seed: int = 0) -> Row:
-    """The row of ``spec``'s cached export with ``exporter`` (the export must exist: see export.py)."""
+             repeat: int = 5, min_repeat_ms: float = 200.0, seed: int = 0, cold: bool = True) -> Row:
+    """The row of ``spec``'s cached export with ``exporter`` (the export must exist: see export.py).
+    ``cold``: the modules are built in a fresh build cache, so the compile time counts every gcc run
+    (otherwise kernels already built by earlier runs are reused)."""
+    if cold:
+        with tempfile.TemporaryDirectory(prefix="gallery-build-") as tmp:
+            return _evaluate(spec, exporter, cache, db, timing, repeat, min_repeat_ms, seed, tmp)
+    return _evaluate(spec, exporter, cache, db, timing, repeat, min_repeat_ms, seed, None)
+
+
+def _evaluate(spec: ModelSpec, exporter: str, cache: Path, db: str | None, timing: bool, repeat: int,
+              min_repeat_ms: float, seed: int, build_dir: str | None) -> Row:
     onnx_path, meta_path = paths(cache, spec.name, exporter)
-    row = Row(spec.name, exporter, spec.family)
+    row = Row(spec.name, exporter, spec.family, notes=[spec.note] if spec.note else [])
     meta = {"ok": False, "error": "not exported"}
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())
@@ -118,7 +129,7 @@ def evaluate(spec: ModelSpec, exporter: str, cache: Path, db: str | None = None,
         vacuous_check(ref, session.run(None, other))
         stage = "compile"
         t0 = time.perf_counter()
-        module = compile_model(graph, db=None, verbose=False)
+        module = compile_model(graph, db=None, verbose=False, cache_dir=build_dir)
         row.compile_s = round(time.perf_counter() - t0, 2)
         row.tasks = module.summary.tasks
         stage = "run"
@@ -131,7 +142,7 @@ def evaluate(spec: ModelSpec, exporter: str, cache: Path, db: str | None = None,
 
             tdb = TuningDatabase(db)
             try:
-                tuned = compile_model(graph, db=tdb, verbose=False)
+                tuned = compile_model(graph, db=tdb, verbose=False, cache_dir=build_dir)
             finally:
                 tdb.close()
             row.tuned_tasks = tuned.summary.tuned_tasks
@@ -155,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-timing", action="store_true")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--min-repeat-ms", type=float, default=200.0)
+    p.add_argument("--warm-cache", action="store_true", help="reuse kernels built by earlier runs")
     a = p.parse_args(argv)
-    row = evaluate(MODELS[a.model], a.exporter, a.cache, a.db, not a.no_timing, a.repeat, a.min_repeat_ms)
+    row = evaluate(MODELS[a.model], a.exporter, a.cache, a.db, not a.no_timing, a.repeat, a.min_repeat_ms,
+                   cold=not a.warm_cache)
     print(json.dumps(row.to_json()), flush=True)
     return 0
 

@@ -54,6 +54,8 @@ def run_row(spec: ModelSpec, exporter: str, args: argparse.Namespace) -> Row:
         cmd += ["--db", args.db]
     if args.no_timing:
         cmd.append("--no-timing")
+    if args.warm_cache:
+        cmd.append("--warm-cache")
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.row_timeout)
     except subprocess.TimeoutExpired:
@@ -78,7 +80,8 @@ def _meta(args: argparse.Namespace) -> dict:
         except Exception:  # noqa: BLE001 - not installed
             versions[mod] = None
     return {"machine": platform.processor() or platform.machine(), "versions": versions, "db": args.db,
-            "timing": not args.no_timing, "repeat": args.repeat}
+            "timing": not args.no_timing, "repeat": args.repeat,
+            "compile": "warm build cache" if args.warm_cache else "fresh build cache per row"}
 
 
 def _dist_version(name: str) -> str | None:
@@ -106,6 +109,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-timing", action="store_true", help="import and correctness only")
     p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--min-repeat-ms", type=float, default=200.0)
+    p.add_argument("--warm-cache", action="store_true",
+                   help="compile with the build cache as found (default: a fresh one per row, so the "
+                        "compile time counts every gcc run)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the table as JSON")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --json FILE")
     p.add_argument("--export-timeout", type=float, default=1200.0, help="seconds per export")
