@@ -108,6 +108,8 @@ def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace],
 def open_db(path: str, create: bool = True) -> TuningDatabase:
     """The records DB at ``path``; ``create=False`` (compile, bench) needs it to exist."""
     p = Path(path)
+    if not path:
+        raise UsageError("--db is empty: name the database file")
     if p.is_dir():
         raise UsageError(f"--db {path} is a directory, not a database file")
     if not create and not p.exists():

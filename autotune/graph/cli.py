@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..cli.common import UsageError, int_in, measure_tools, open_db, resolve_target
-from ..cli.limits import check_graph
+from ..cli.limits import check_graph, check_workload
 from .compiler import (
     LAYOUTS,
     Prepared,
@@ -129,8 +129,12 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
             except ValueError as err:
                 raise UsageError(str(err)) from None
         else:
+            if not spec:
+                raise UsageError("--model is empty: name an ONNX file or zoo:NAME")
             if Path(spec).is_dir():
                 raise UsageError(f"--model {spec} is a directory, not an ONNX file")
+            if Path(spec).exists() and not Path(spec).is_file():
+                raise UsageError(f"--model {spec} is not a regular file")
             proto = spec
         graph = from_onnx(proto, shapes)
     except GraphError as err:
@@ -170,6 +174,8 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     model = load(args.model, args.input_shape)
     target = resolve_target(args.target)
     prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
+    for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
+        check_workload(task.workload, task.label)
     db = open_db(args.db)
     print(prepared[0].describe(), flush=True)
     options = TuneOptions(
