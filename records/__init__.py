@@ -2,11 +2,12 @@
 
 from .database import TuningDatabase
 from .errors import ForeignDatabaseError, RecordsError, SchemaVersionError
-from .record import MeasurementRecord, config_key
+from .record import CONFIRM_LABEL, MeasurementRecord, config_key
 from .schema import APP_ID, SCHEMA_VERSION
 
 __all__ = [
     "APP_ID",
+    "CONFIRM_LABEL",
     "SCHEMA_VERSION",
     "ForeignDatabaseError",
     "MeasurementRecord",

@@ -5,19 +5,18 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
-
-from records import MeasurementRecord, TuningDatabase
-from schedules import SearchSpace, make_space
+from records import CONFIRM_LABEL, MeasurementRecord, TuningDatabase, config_key
+from records.owner import process_owner
+from schedules import make_space
 
 from ..measure import Builder, CpuRunner, RunOptions
 from ..target import Target
 from ..te import Workload
+from .confirm import confirm_finalists, missing_confirmations
 from .context import TuneContext
 from .measure_batch import Trial, WorkloadMeasurer
-from .tuner import make_tuner
+from .tuner import Tuner, make_tuner
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,8 @@ class TuneOptions:
     tuner_options: dict = field(default_factory=dict)  # keyword options of model-guided tuners
 
 
-CONFIRM_LABEL = "confirm"  # the tuner label of confirmation records (not trials of a search)
+__all__ = ["CONFIRM_LABEL", "TuneOptions", "TuneSummary", "confirm_finalists", "tune_workload"]
+CLAIM_WAIT_S = 0.5  # the budget is held by other tuners' claims: look again after this long
 
 
 @dataclass
@@ -57,6 +57,8 @@ class TuneSummary:
     elapsed_s: float
     errors_by_kind: dict = field(default_factory=dict)
     confirmations: int = 0  # re-measurements of finalists in the DB (tuner label "confirm")
+    unconfirmed: int = 0  # finalists still lacking confirmations (a rerun finishes them)
+    best_spread: float | None = None  # noise figure of the best record: (max - min) / median of its runs
     seconds: dict = field(default_factory=dict)  # render / build / run / search+db of this call
 
     def to_json(self) -> dict:
@@ -70,6 +72,8 @@ class TuneSummary:
             "errors": self.errors,
             "errors_by_kind": self.errors_by_kind,
             "confirmations": self.confirmations,
+            "unconfirmed_finalists": self.unconfirmed,
+            "best_spread": None if self.best_spread is None else round(self.best_spread, 4),
             "best_gflops": round(self.best_gflops, 3),
             "best_s": None if math.isinf(self.best_s) else self.best_s,
             "best_config": self.best_config,
@@ -105,50 +109,97 @@ def tune_workload(
     start = time.perf_counter()
     register(db, wl, target)
     space = getattr(measurer, "space", None) or make_space(wl, target)
-    done_keys = db.measured_config_keys(wl.key, target.key)
-    todo = max(0, options.trials - len(done_keys))
+    known = db.measured_config_keys(wl.key, target.key)
+    todo = max(0, options.trials - len(known))
     context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop,
                           options=dict(options.tuner_options), budget=options.trials)
-    tuner = make_tuner(options.strategy, space, options.seed, done_keys, context=context)
+    tuner = make_tuner(options.strategy, space, options.seed, set(known), context=context)
+    label = getattr(tuner, "name", options.strategy)  # e.g. xgb-no-transfer
     best = db.best(wl.key, target.key)
     best_s = best.mean_s if best else math.inf
     new = 0
     bar = _progress(options.progress, todo, workload_label(wl))
     counts = {"valid": 0, "errors": 0}
+    owner = process_owner()
     if measurer is None and todo:
         measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
-    while new < todo:
-        if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
-            break
-        configs = tuner.next_batch(min(options.batch_size, todo - new))
-        if not configs:
-            break  # space exhausted
-        trials: list[Trial] = []
-        for trial in measurer.measure(configs, [space.steps(c) for c in configs]):
-            label = getattr(tuner, "name", options.strategy)  # e.g. xgb-no-transfer
-            db.add_measurement(_record(wl, target, trial, label, space.version))
-            trials.append(trial)
-            new += 1
-            counts["errors" if trial.error_kind else "valid"] += 1
-            best_s = min(best_s, trial.mean_s)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(
-                    valid=counts["valid"],
-                    errors=counts["errors"],
-                    best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-",
-                )
-        tuner.update([t.config for t in trials], [t.mean_s for t in trials])
-    if bar is not None:
-        bar.close()
-    if new and measurer is not None and not getattr(measurer, "repeatable", False):
-        confirm_finalists(db, wl, target, space, measurer, options.confirm, options.confirm_rounds)
+    try:
+        # Other tuners may share the DB: what is measured and claimed is read again every batch,
+        # and a config is measured only once this process holds its claim (see TuningDatabase.claim).
+        while True:
+            if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
+                break
+            measured = db.measured_config_keys(wl.key, target.key, search_only=True)
+            _absorb(db, tuner, wl, target, measured - known)
+            known |= measured
+            left = options.trials - len(measured) - _claimed_by_others(db, wl, target, owner, measured)
+            if len(measured) >= options.trials:
+                break
+            if left <= 0:  # the rest of the budget is being measured by other tuners
+                time.sleep(CLAIM_WAIT_S)
+                continue
+            configs = tuner.next_batch(min(options.batch_size, left))
+            if not configs:
+                break  # space exhausted
+            keys = [config_key(c) for c in configs]
+            granted = set(db.claim(wl.key, target.key, keys, owner, budget=options.trials))
+            mine = [c for c, k in zip(configs, keys) if k in granted]
+            if not mine:
+                continue
+            trials: list[Trial] = []
+            for trial in measurer.measure(mine, [space.steps(c) for c in mine]):
+                db.add_measurements([_record(wl, target, trial, label, space.version)], claimed_by=owner)
+                trials.append(trial)
+                new += 1
+                counts["errors" if trial.error_kind else "valid"] += 1
+                best_s = min(best_s, trial.mean_s)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        valid=counts["valid"],
+                        errors=counts["errors"],
+                        best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-",
+                    )
+            tuner.update([t.config for t in trials], [t.mean_s for t in trials])
+            known |= {config_key(t.config) for t in trials}
+        if bar is not None:
+            bar.close()
+        # finalists missing confirmations (this run's, or a killed run's) are confirmed now
+        if not getattr(measurer, "repeatable", False) and missing_confirmations(
+                db, wl, target, options.confirm, options.confirm_rounds):
+            if measurer is None:
+                measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
+            confirm_finalists(db, wl, target, space, measurer, options.confirm, options.confirm_rounds)
+    finally:
+        db.release_claims(owner)
     elapsed = time.perf_counter() - start
     summary = summarize(db, wl, target, new, space.size(), elapsed)
+    summary.unconfirmed = len(missing_confirmations(db, wl, target, options.confirm, options.confirm_rounds))
     if measurer is not None:
         summary.seconds = dict(measurer.seconds)
         summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
     return summary
+
+
+def _claimed_by_others(db: TuningDatabase, wl: Workload, target: Target, owner: str,
+                       measured: set[str]) -> int:
+    """Configs of the pair that other live tuners hold claims on and have not stored yet."""
+    return sum(
+        1 for c in db.claims()
+        if c["workload_key"] == wl.key and c["target_key"] == target.key and c["live"]
+        and c["owner"] != owner and not c["config_key"].startswith("confirm:")
+        and c["config_key"] not in measured
+    )
+
+
+def _absorb(db: TuningDatabase, tuner: Tuner, wl: Workload, target: Target, keys: set[str]) -> None:
+    """Tell the tuner about configs other tuners measured since it last looked (it learns from their
+    results and never proposes them)."""
+    if not keys:
+        return
+    recs = [r for r in db.measurements(wl.key, target.key)
+            if r.tuner != CONFIRM_LABEL and config_key(r.config) in keys]
+    tuner.update([r.config for r in recs], [r.mean_s for r in recs])
 
 
 def summarize(
@@ -177,27 +228,8 @@ def summarize(
         elapsed_s=elapsed,
         errors_by_kind=by_kind,
         confirmations=len(every) - len(rows),
+        best_spread=best.spread if best else None,
     )
-
-
-def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: SearchSpace, measurer: Any,
-                      top: int, rounds: int) -> int:
-    """Measure the ``top`` fastest configs of (wl, target) ``rounds`` more times, all of them in a
-    shuffled order each round, and record every result (tuner label CONFIRM_LABEL); returns how
-    many. The fastest of hundreds of noisy measurements overstates its config, the more so the
-    more were taken; TuningDatabase.best ranks a config measured several times by its median record,
-    so the best-known schedule becomes the one that is fastest on repeat."""
-    finalists = [r.config for r in db.top(wl.key, target.key, top)] if top > 0 and rounds > 0 else []
-    if len(finalists) < 2:  # nothing to choose between
-        return 0
-    rng = np.random.default_rng(0)
-    added = 0
-    for _ in range(rounds):
-        order = [finalists[i] for i in rng.permutation(len(finalists))]
-        for trial in measurer.measure(order, [space.steps(c) for c in order]):
-            db.add_measurement(_record(wl, target, trial, CONFIRM_LABEL, space.version))
-            added += 1
-    return added
 
 
 def _record(wl: Workload, target: Target, t: Trial, tuner: str, space_version: int) -> MeasurementRecord:

@@ -53,7 +53,8 @@ class RandomTuner:
         return out
 
     def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
-        del configs, costs  # random search does not learn
+        del costs  # random search does not learn; configs measured elsewhere are not proposed
+        self.seen.update(config_key(c) for c in configs)
 
 
 class GridTuner:
@@ -77,7 +78,8 @@ class GridTuner:
         return out
 
     def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
-        del configs, costs
+        del costs  # configs measured elsewhere are skipped
+        self.exclude.update(config_key(c) for c in configs)
 
 
 def _model_strategy(model: str, transfer: bool) -> Callable[..., Tuner]:
