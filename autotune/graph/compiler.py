@@ -33,7 +33,7 @@ from .fusion import Group, fuse
 from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
 from .passes import optimize
-from .runtime import KernelSource, check_inputs, make_backend
+from .runtime import KernelSource, check_inputs, check_outputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
 from .winograd import SUFFIXES, Plan, default_sizes, describe_forms
 
@@ -313,15 +313,30 @@ class CompiledModule:
             for o in self.graph.outputs
         ]
 
-    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-        """Outputs (graph order) for inputs given by name or in ``input_names`` order."""
+    def run(
+        self, inputs: Mapping[str, Any] | Sequence[Any], outputs: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """Outputs (graph order) for inputs given by name or in ``input_names`` order; with
+        ``outputs`` (C-contiguous arrays of the output types, e.g. views of a caller's tensors) the
+        results are written there and those arrays are returned."""
         arrays = check_inputs(self.graph, inputs)
-        outputs = self._outputs()
-        self.executable.run(arrays, outputs)
-        self._copy_outputs(arrays, outputs)
-        return outputs
+        if outputs is None:
+            outs = self._outputs()
+        else:
+            outs = list(outputs)
+            check_outputs(self.graph, outs)
+        self.run_into(arrays, outs)
+        return outs
 
-    def _copy_outputs(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    def run_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """The model on arrays the caller has checked (C-contiguous, of the graph's input and output
+        types, in graph order): inputs read and outputs written where they lie, nothing copied or
+        allocated (``run`` checks; a framework boundary calls this per call)."""
+        self.executable.run(inputs, outputs)
+        if self.plan.output_copies:
+            self._copy_outputs(inputs, outputs)
+
+    def _copy_outputs(self, arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         from .memory import root_of
 
         for j, value in self.plan.output_copies:

@@ -377,3 +377,16 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> lis
             raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
         arrays.append(aligned(np.asarray(arr, dtype=np.dtype(t.dtype))))
     return arrays
+
+
+def check_outputs(graph: Graph, outputs: Sequence[np.ndarray]) -> None:
+    """ValueError unless ``outputs`` are C-contiguous arrays of the graph's output shapes and types."""
+    if len(outputs) != len(graph.outputs):
+        raise ValueError(f"the model has {len(graph.outputs)} outputs, got {len(outputs)} arrays")
+    for n, arr in zip(graph.outputs, outputs):
+        t = graph.types[n]
+        if not isinstance(arr, np.ndarray) or arr.shape != t.shape or arr.dtype != np.dtype(t.dtype):
+            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise ValueError(f"output {n!r}: expected {t}, got {got}")
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise ValueError(f"output {n!r}: the array must be C-contiguous and writeable")

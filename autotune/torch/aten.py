@@ -1,0 +1,699 @@
+"""Core ATen operators (what ``torch.export`` leaves after its decompositions) as nodes of the graph
+IR, named as the ONNX operator definitions of :mod:`autotune.graph.ops`: a subgraph imported from
+PyTorch and the same subgraph imported from ONNX become the same tasks with the same database keys.
+
+Each entry of ``CONVERTERS`` maps one ATen overload to a function ``(cx, node) -> value names`` that
+emits IR nodes through an :class:`Emitter`; python scalars become constants of the operation's
+element type, operands of another element type are cast first (PyTorch's type promotion made
+explicit). A node whose converter is missing, or whose tensors have an element type no kernel holds,
+is not supported: it runs in eager PyTorch (see ``partition``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from autotune.graph.ir import GraphError, Node, TensorType
+from autotune.graph.ops import KERNEL_DTYPES
+
+aten = torch.ops.aten
+
+DTYPES = {torch.float32: "float32", torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
+
+
+def np_dtype(t: torch.dtype) -> str:
+    """The IR element type of a torch dtype; GraphError for one no kernel holds."""
+    if t not in DTYPES:
+        raise GraphError(f"element type {t} is not compiled (kernels hold {', '.join(KERNEL_DTYPES)})")
+    return DTYPES[t]
+
+
+def tensor_vals(node: torch.fx.Node) -> list[Any]:
+    """The fake tensors a node produces (its ``meta['val']``, flattened)."""
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        return [v for v in val if isinstance(v, torch.Tensor)]
+    return [val] if isinstance(val, torch.Tensor) else []
+
+
+def static_type(val: Any) -> TensorType:
+    """The IR type of a (fake) tensor; GraphError for a symbolic dim or an uncompiled dtype."""
+    shape = []
+    for d in val.shape:
+        if not isinstance(d, int):
+            raise GraphError(f"dynamic dim {d} (shapes are specialized per call; see autotune.torch)")
+        shape.append(int(d))
+    return TensorType(tuple(shape), np_dtype(val.dtype))
+
+
+class Emitter:
+    """Collects the IR nodes, constants and input types of one region while its ATen nodes convert."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.consts: dict[str, np.ndarray] = {}
+        self.types: dict[str, TensorType] = {}
+        self.names: dict[torch.fx.Node, list[str]] = {}
+        self._count = 0
+        self.current = ""
+
+    def fresh(self, base: str) -> str:
+        self._count += 1
+        return f"{base}__{self._count}"
+
+    def const(self, value: Any, dtype: str = "int64") -> str:
+        arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        name = self.fresh(f"{self.current}_c")
+        self.consts[name] = arr
+        return name
+
+    def emit(self, op: str, inputs: Sequence[str], n_out: int = 1, **attrs: Any) -> list[str]:
+        outs = [self.fresh(self.current) for _ in range(n_out)]
+        self.nodes.append(Node(op, list(inputs), outs, dict(attrs), self.fresh(f"{self.current}:{op}")))
+        return outs
+
+    def one(self, op: str, inputs: Sequence[str], **attrs: Any) -> str:
+        return self.emit(op, inputs, 1, **attrs)[0]
+
+    def value(self, arg: Any, dtype: str = "float32") -> str:
+        """The IR value of an operand: a converted fx node, or a python scalar as a 0-d constant."""
+        if isinstance(arg, torch.fx.Node):
+            names = self.names[arg]
+            if len(names) != 1 or not names[0]:
+                raise GraphError(f"{arg.name} has several outputs; only getitem reads them")
+            return names[0]
+        if isinstance(arg, (bool, int, float)):
+            return self.const(arg, dtype)
+        raise GraphError(f"operand {arg!r} is not a tensor or a number")
+
+    def typed(self, arg: Any, dtype: str) -> str:
+        """``value(arg)`` cast to ``dtype`` when it holds another element type."""
+        name = self.value(arg, dtype)
+        if isinstance(arg, torch.fx.Node) and np_dtype(tensor_vals(arg)[0].dtype) != dtype:
+            return self.one("Cast", [name], to=_ONNX_TYPES[dtype])
+        return name
+
+
+_ONNX_TYPES = {"float32": 1, "int32": 6, "int64": 7, "bool": 9}
+
+Converter = Callable[[Emitter, torch.fx.Node], "str | list[str]"]
+CONVERTERS: dict[Any, Converter] = {}
+
+
+def converts(*targets: Any) -> Callable[[Converter], Converter]:
+    def wrap(fn: Converter) -> Converter:
+        for t in targets:
+            CONVERTERS[t] = fn
+        return fn
+
+    return wrap
+
+
+def out_dtype(node: torch.fx.Node) -> str:
+    return np_dtype(tensor_vals(node)[0].dtype)
+
+
+def out_shape(node: torch.fx.Node) -> list[int]:
+    return [int(d) for d in tensor_vals(node)[0].shape]
+
+
+def arg(node: torch.fx.Node, i: int, name: str, default: Any = None) -> Any:
+    """Positional argument ``i`` (or keyword ``name``) of an fx node."""
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+def rank_of(node: Any) -> int:
+    return len(tensor_vals(node)[0].shape)
+
+
+def _table(spec: str) -> dict[Any, tuple[str, str]]:
+    """Lines ``relu.default Relu unary`` -> ``{aten.relu.default: ("Relu", "unary")}`` (``!Op``: the
+    negation of Op)."""
+    out = {}
+    for item in spec.strip().splitlines():
+        overload, op, kind = item.split()
+        packet, _, name = overload.partition(".")
+        out[getattr(getattr(aten, packet), name)] = (op, kind)
+    return out
+
+
+_ELEMENTWISE = _table("""
+relu.default Relu unary
+sigmoid.default Sigmoid unary
+tanh.default Tanh unary
+exp.default Exp unary
+log.default Log unary
+sqrt.default Sqrt unary
+neg.default Neg unary
+abs.default Abs unary
+erf.default Erf unary
+reciprocal.default Reciprocal unary
+floor.default Floor unary
+ceil.default Ceil unary
+sign.default Sign unary
+sin.default Sin unary
+cos.default Cos unary
+logical_not.default Not unary
+bitwise_not.default Not unary
+isnan.default IsNaN unary
+isinf.default IsInf unary
+add.Tensor Add binary
+add.Scalar Add binary
+sub.Tensor Sub binary
+sub.Scalar Sub binary
+mul.Tensor Mul binary
+mul.Scalar Mul binary
+div.Tensor Div binary
+div.Scalar Div binary
+pow.Tensor_Scalar Pow binary
+pow.Tensor_Tensor Pow binary
+maximum.default Max binary
+minimum.default Min binary
+rsub.Scalar Sub binary
+rsub.Tensor Sub binary
+remainder.Scalar Mod binary
+remainder.Tensor Mod binary
+logical_and.default And binary
+logical_or.default Or binary
+logical_xor.default Xor binary
+bitwise_and.Tensor And binary
+bitwise_or.Tensor Or binary
+eq.Tensor Equal compare
+eq.Scalar Equal compare
+ne.Tensor !Equal compare
+ne.Scalar !Equal compare
+lt.Tensor Less compare
+lt.Scalar Less compare
+le.Tensor LessOrEqual compare
+le.Scalar LessOrEqual compare
+gt.Tensor Greater compare
+gt.Scalar Greater compare
+ge.Tensor GreaterOrEqual compare
+ge.Scalar GreaterOrEqual compare
+mean.dim ReduceMean reduce
+sum.dim_IntList ReduceSum reduce
+amax.default ReduceMax reduce
+amin.default ReduceMin reduce
+mean.default ReduceMean reduce
+sum.default ReduceSum reduce
+prod.dim_int ReduceProd reduce
+""")
+
+
+def _kind(kind: str) -> dict[Any, str]:
+    return {k: op for k, (op, kd) in _ELEMENTWISE.items() if kd == kind}
+
+
+# --- elementwise ------------------------------------------------------------------------------------
+_UNARY = _kind("unary")
+
+
+def _unary(cx: Emitter, node: torch.fx.Node) -> str:
+    op = _UNARY[node.target]
+    if op == "Not":
+        return cx.one(op, [cx.typed(node.args[0], "bool")])
+    if op in ("IsNaN", "IsInf"):
+        return cx.one(op, [cx.value(node.args[0])])
+    return cx.one(op, [cx.typed(node.args[0], out_dtype(node))])
+
+
+for _t in _UNARY:
+    CONVERTERS[_t] = _unary
+
+
+@converts(aten.rsqrt.default)
+def _rsqrt(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Reciprocal", [cx.one("Sqrt", [cx.typed(node.args[0], "float32")])])
+
+
+_BINARY = _kind("binary")
+
+
+def _binary(cx: Emitter, node: torch.fx.Node) -> str:
+    op = _BINARY[node.target]
+    dt = out_dtype(node)
+    if op in ("And", "Or", "Xor") and dt != "bool":
+        raise GraphError(f"{node.target} on {dt} (bitwise, not logical)")
+    a, b = node.args[0], node.args[1]
+    if node.target in (aten.rsub.Scalar, aten.rsub.Tensor):
+        a, b = b, a
+    alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+    if alpha != 1:
+        b = cx.one("Mul", [cx.typed(b, dt), cx.const(alpha, dt)])  # type: ignore[assignment]
+        return cx.one(op, [cx.typed(a, dt), b])
+    if op == "Pow":
+        return cx.one(op, [cx.typed(a, dt), cx.typed(b, dt)])
+    if op == "Mod":
+        return cx.one(op, [cx.typed(a, dt), cx.typed(b, dt)], fmod=0)
+    return cx.one(op, [cx.typed(a, dt), cx.typed(b, dt)])
+
+
+for _t in _BINARY:
+    CONVERTERS[_t] = _binary
+
+
+@converts(aten.div.Tensor_mode)
+def _div_mode(cx: Emitter, node: torch.fx.Node) -> str:
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    dt = out_dtype(node)
+    q = cx.one("Div", [cx.typed(node.args[0], "float32"), cx.typed(node.args[1], "float32")])
+    if mode is None:
+        return q
+    if mode == "floor":
+        q = cx.one("Floor", [q])
+    elif dt == "float32":
+        q = cx.one("Mul", [cx.one("Sign", [q]), cx.one("Floor", [cx.one("Abs", [q])])])
+    return q if dt == "float32" else cx.one("Cast", [q], to=_ONNX_TYPES[dt])
+
+
+_COMPARE = _kind("compare")
+
+
+def _compare(cx: Emitter, node: torch.fx.Node) -> str:
+    op = _COMPARE[node.target].lstrip("!")
+    negate = _COMPARE[node.target].startswith("!")
+    tensors = [a for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+    dts = [tensor_vals(a)[0].dtype for a in tensors]
+    common = dts[0] if len(dts) == 1 else torch.promote_types(dts[0], dts[1])
+    if any(isinstance(a, float) for a in node.args[:2]) and not common.is_floating_point:
+        common = torch.float32
+    dt = np_dtype(common)
+    out = cx.one(op, [cx.typed(node.args[0], dt), cx.typed(node.args[1], dt)])
+    return cx.one("Not", [out]) if negate else out
+
+
+for _t in _COMPARE:
+    CONVERTERS[_t] = _compare
+
+
+@converts(aten.where.self)
+def _where(cx: Emitter, node: torch.fx.Node) -> str:
+    dt = out_dtype(node)
+    return cx.one(
+        "Where", [cx.typed(node.args[0], "bool"), cx.typed(node.args[1], dt), cx.typed(node.args[2], dt)]
+    )
+
+
+@converts(aten.clamp.default, aten.clamp.Tensor, aten.hardtanh.default)
+def _clamp(cx: Emitter, node: torch.fx.Node) -> str:
+    dt = out_dtype(node)
+    default = (-1.0, 1.0) if node.target == aten.hardtanh.default else (None, None)
+    lo = arg(node, 1, "min_val" if node.target == aten.hardtanh.default else "min", default[0])
+    hi = arg(node, 2, "max_val" if node.target == aten.hardtanh.default else "max", default[1])
+    ins = [
+        cx.typed(node.args[0], dt),
+        "" if lo is None else cx.typed(lo, dt),
+        "" if hi is None else cx.typed(hi, dt),
+    ]
+    while ins[-1] == "":
+        ins.pop()
+    return cx.one("Clip", ins)
+
+
+@converts(aten.gelu.default)
+def _gelu(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one(
+        "Gelu", [cx.value(node.args[0])], approximate=node.kwargs.get("approximate", arg(node, 1, "", "none"))
+    )
+
+
+@converts(aten.silu.default)
+def _silu(cx: Emitter, node: torch.fx.Node) -> str:
+    x = cx.value(node.args[0])
+    return cx.one("Mul", [x, cx.one("Sigmoid", [x])])
+
+
+@converts(aten.hardswish.default)
+def _hardswish(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("HardSwish", [cx.value(node.args[0])])
+
+
+@converts(aten.hardsigmoid.default)
+def _hardsigmoid(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("HardSigmoid", [cx.value(node.args[0])], alpha=1.0 / 6, beta=0.5)
+
+
+@converts(aten.leaky_relu.default)
+def _leaky(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("LeakyRelu", [cx.value(node.args[0])], alpha=float(arg(node, 1, "negative_slope", 0.01)))
+
+
+@converts(aten._to_copy.default, aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def _copy(cx: Emitter, node: torch.fx.Node) -> str:
+    x = node.args[0]
+    device = node.kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        raise GraphError(f"a copy to {device}")
+    dt = out_dtype(node)
+    if np_dtype(tensor_vals(x)[0].dtype) != dt:
+        return cx.one("Cast", [cx.value(x)], to=_ONNX_TYPES[dt])
+    return cx.one("Identity", [cx.value(x)])
+
+
+# --- linear algebra and convolution -----------------------------------------------------------------
+@converts(aten.mm.default, aten.bmm.default)
+def _mm(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("MatMul", [cx.value(node.args[0]), cx.value(node.args[1])])
+
+
+@converts(aten.addmm.default)
+def _addmm(cx: Emitter, node: torch.fx.Node) -> str:
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    y = cx.one("MatMul", [cx.value(node.args[1]), cx.value(node.args[2])])
+    if alpha != 1:
+        y = cx.one("Mul", [y, cx.const(alpha, "float32")])
+    bias = cx.value(node.args[0])
+    if beta != 1:
+        bias = cx.one("Mul", [bias, cx.const(beta, "float32")])
+    return cx.one("Add", [y, bias])
+
+
+@converts(aten.convolution.default)
+def _conv(cx: Emitter, node: torch.fx.Node) -> str:
+    x, w, b, stride, padding, dilation, transposed, out_pad, groups = node.args[:9]
+    ins = [cx.value(x), cx.value(w)] + ([cx.value(b)] if b is not None else [])
+    k = rank_of(w) - 2
+    pads = [int(p) for p in padding] * 2 if len(padding) == k else None
+    if pads is None:
+        raise GraphError(f"convolution padding {padding}")
+    attrs = dict(
+        strides=list(stride),
+        pads=pads,
+        dilations=list(dilation),
+        group=int(groups),
+        kernel_shape=list(tensor_vals(w)[0].shape[2:]),
+    )
+    if transposed:
+        return cx.one("ConvTranspose", ins, output_padding=list(out_pad), **attrs)
+    return cx.one("Conv", ins, **attrs)
+
+
+@converts(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(cx: Emitter, node: torch.fx.Node) -> list[str]:
+    x, w, b, mean, var, _momentum, eps = node.args[:7]
+    c = int(tensor_vals(x)[0].shape[1])
+    scale = cx.value(w) if w is not None else cx.const(np.ones(c), "float32")
+    bias = cx.value(b) if b is not None else cx.const(np.zeros(c), "float32")
+    out = cx.one(
+        "BatchNormalization", [cx.value(x), scale, bias, cx.value(mean), cx.value(var)], epsilon=float(eps)
+    )
+    return [out, "", ""]
+
+
+@converts(aten.native_layer_norm.default)
+def _layer_norm(cx: Emitter, node: torch.fx.Node) -> list[str]:
+    x, shape, w, b, eps = node.args[:5]
+    scale = cx.value(w) if w is not None else cx.const(np.ones(list(shape)), "float32")
+    ins = [cx.value(x), scale] + ([cx.value(b)] if b is not None else [])
+    out = cx.one("LayerNormalization", ins, axis=-len(shape), epsilon=float(eps))
+    return [out, "", ""]
+
+
+@converts(aten._softmax.default, aten._log_softmax.default)
+def _softmax(cx: Emitter, node: torch.fx.Node) -> str:
+    op = "Softmax" if node.target == aten._softmax.default else "LogSoftmax"
+    return cx.one(op, [cx.value(node.args[0])], axis=int(node.args[1]))
+
+
+# --- pooling and reductions ---------------------------------------------------------------------------
+def _pool_attrs(k: Sequence[int], stride: Sequence[int], padding: Sequence[int], ceil: bool) -> dict:
+    nd = len(k)
+    stride = list(stride) or list(k)
+    padding = list(padding) * (nd if len(padding) == 1 else 1)
+    return dict(
+        kernel_shape=list(k) * (nd if len(k) == 1 else 1),
+        strides=stride * (nd if len(stride) == 1 else 1),
+        pads=padding * 2,
+        ceil_mode=int(bool(ceil)),
+    )
+
+
+@converts(aten.max_pool2d_with_indices.default)
+def _max_pool(cx: Emitter, node: torch.fx.Node) -> list[str]:
+    x, k = node.args[0], list(node.args[1])
+    stride = list(arg(node, 2, "stride", []) or [])
+    padding, dilation = list(arg(node, 3, "padding", [0])), list(arg(node, 4, "dilation", [1]))
+    attrs = _pool_attrs(k if len(k) == 2 else k * 2, stride, padding, arg(node, 5, "ceil_mode", False))
+    attrs["dilations"] = dilation * (2 if len(dilation) == 1 else 1)
+    return [cx.one("MaxPool", [cx.value(x)], **attrs), ""]
+
+
+@converts(aten.avg_pool2d.default)
+def _avg_pool(cx: Emitter, node: torch.fx.Node) -> str:
+    x, k = node.args[0], list(node.args[1])
+    stride = list(arg(node, 2, "stride", []) or [])
+    padding = list(arg(node, 3, "padding", [0]))
+    if arg(node, 6, "divisor_override", None) is not None:
+        raise GraphError("avg_pool2d with divisor_override")
+    attrs = _pool_attrs(k if len(k) == 2 else k * 2, stride, padding, arg(node, 4, "ceil_mode", False))
+    include = bool(arg(node, 5, "count_include_pad", True))
+    return cx.one("AveragePool", [cx.value(x)], count_include_pad=int(include), **attrs)
+
+
+@converts(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg(cx: Emitter, node: torch.fx.Node) -> str:
+    h, w = tensor_vals(node.args[0])[0].shape[-2:]
+    oh, ow = node.args[1]
+    if h % oh or w % ow:
+        raise GraphError(f"adaptive average pool {h}x{w} -> {oh}x{ow} (windows of unequal size)")
+    k = [int(h) // int(oh), int(w) // int(ow)]
+    return cx.one("AveragePool", [cx.value(node.args[0])], kernel_shape=k, strides=k)
+
+
+def _axes(dims: Any, rank: int) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [int(d) % max(rank, 1) for d in dims]
+
+
+_REDUCE = _kind("reduce")
+
+
+def _reduce(cx: Emitter, node: torch.fx.Node) -> str:
+    op = _REDUCE[node.target]
+    x = node.args[0]
+    rank = rank_of(x)
+    if node.target in (aten.mean.default, aten.sum.default):
+        dims, keep = None, False
+    else:
+        dims, keep = arg(node, 1, "dim"), bool(arg(node, 2, "keepdim", False))
+    dt = out_dtype(node)
+    return cx.one(op, [cx.typed(x, dt), cx.const(_axes(dims, rank))], keepdims=int(keep))
+
+
+for _t in _REDUCE:
+    CONVERTERS[_t] = _reduce
+
+
+@converts(aten.any.dim, aten.any.dims, aten.all.dim)
+def _any_all(cx: Emitter, node: torch.fx.Node) -> str:
+    x = cx.one("Cast", [cx.value(node.args[0])], to=_ONNX_TYPES["float32"])
+    op = "ReduceMin" if node.target == aten.all.dim else "ReduceMax"
+    r = cx.one(
+        op,
+        [x, cx.const(_axes(node.args[1], rank_of(node.args[0])))],
+        keepdims=int(bool(arg(node, 2, "keepdim", False))),
+    )
+    return cx.one("Cast", [r], to=_ONNX_TYPES["bool"])
+
+
+@converts(aten.cumsum.default)
+def _cumsum(cx: Emitter, node: torch.fx.Node) -> str:
+    dt = out_dtype(node)
+    return cx.one("CumSum", [cx.typed(node.args[0], dt), cx.const(int(node.args[1]) % max(rank_of(node), 1))])
+
+
+@converts(aten.argmax.default, aten.argmin.default)
+def _arg_reduce(cx: Emitter, node: torch.fx.Node) -> str:
+    dim = arg(node, 1, "dim")
+    if dim is None:
+        raise GraphError("argmax over every axis")
+    op = "ArgMax" if node.target == aten.argmax.default else "ArgMin"
+    return cx.one(
+        op, [cx.value(node.args[0])], axis=int(dim), keepdims=int(bool(arg(node, 2, "keepdim", False)))
+    )
+
+
+# --- shapes and data movement -----------------------------------------------------------------------
+@converts(
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.squeeze.default,
+    aten.flatten.using_ints,
+)
+def _reshape(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Reshape", [cx.value(node.args[0]), cx.const(out_shape(node))])
+
+
+@converts(aten.permute.default)
+def _permute(cx: Emitter, node: torch.fx.Node) -> str:
+    rank = rank_of(node.args[0])
+    return cx.one("Transpose", [cx.value(node.args[0])], perm=[int(p) % rank for p in node.args[1]])
+
+
+@converts(aten.t.default, aten.transpose.int)
+def _transpose(cx: Emitter, node: torch.fx.Node) -> str:
+    rank = rank_of(node.args[0])
+    perm = list(range(rank))
+    if rank >= 2:
+        a, b = (
+            (0, 1) if node.target == aten.t.default else (int(node.args[1]) % rank, int(node.args[2]) % rank)
+        )
+        perm[a], perm[b] = perm[b], perm[a]
+    return cx.one("Transpose", [cx.value(node.args[0])], perm=perm)
+
+
+@converts(aten.expand.default)
+def _expand(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Expand", [cx.value(node.args[0]), cx.const(out_shape(node))])
+
+
+@converts(aten.cat.default)
+def _cat(cx: Emitter, node: torch.fx.Node) -> str:
+    dt = out_dtype(node)
+    parts = [a for a in node.args[0] if out_shape(a) != [0]]  # torch.cat skips 1-d empty tensors
+    return cx.one(
+        "Concat", [cx.typed(a, dt) for a in parts], axis=int(arg(node, 1, "dim", 0)) % rank_of(node)
+    )
+
+
+@converts(aten.slice.Tensor)
+def _slice(cx: Emitter, node: torch.fx.Node) -> str:
+    x = node.args[0]
+    dim = int(arg(node, 1, "dim", 0))
+    size = int(tensor_vals(x)[0].shape[dim])
+    start, end, step = arg(node, 2, "start", None), arg(node, 3, "end", None), arg(node, 4, "step", 1)
+    start = 0 if start is None else max(-size, min(int(start), size))
+    end = size if end is None else max(-size, min(int(end), size))
+    return cx.one(
+        "Slice", [cx.value(x), cx.const([start]), cx.const([end]), cx.const([dim]), cx.const([int(step)])]
+    )
+
+
+@converts(aten.select.int)
+def _select(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Gather", [cx.value(node.args[0]), cx.const(int(node.args[2]))], axis=int(node.args[1]))
+
+
+@converts(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(cx: Emitter, node: torch.fx.Node) -> list[str]:
+    x = node.args[0]
+    dim = int(arg(node, 2, "dim", 0)) % rank_of(x)
+    sizes = [int(t.shape[dim]) for t in tensor_vals(node)]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(cx.one("Slice", [cx.value(x), cx.const([start]), cx.const([start + s]), cx.const([dim])]))
+        start += s
+    return outs
+
+
+@converts(aten.embedding.default)
+def _embedding(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Gather", [cx.value(node.args[0]), cx.value(node.args[1])], axis=0)
+
+
+@converts(aten.index_select.default)
+def _index_select(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("Gather", [cx.value(node.args[0]), cx.value(node.args[2])], axis=int(node.args[1]))
+
+
+@converts(aten.constant_pad_nd.default)
+def _pad(cx: Emitter, node: torch.fx.Node) -> str:
+    x, pad = node.args[0], [int(p) for p in node.args[1]]
+    rank = rank_of(x)
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):  # torch lists (begin, end) pairs from the last dim backwards
+        begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    dt = out_dtype(node)
+    return cx.one(
+        "Pad", [cx.value(x), cx.const(begins + ends), cx.const(arg(node, 2, "value", 0), dt)], mode="constant"
+    )
+
+
+_FILL = {aten.full_like.default: None, aten.zeros_like.default: 0, aten.ones_like.default: 1}
+
+
+@converts(*_FILL)
+def _fill_like(cx: Emitter, node: torch.fx.Node) -> str:
+    value = _FILL[node.target]
+    value = arg(node, 1, "fill_value") if value is None else value
+    return cx.const(np.full(out_shape(node), value), out_dtype(node))
+
+
+@converts(
+    aten.full.default,
+    aten.scalar_tensor.default,
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.zeros.default,
+    aten.ones.default,
+)
+def _created(cx: Emitter, node: torch.fx.Node) -> str:
+    """A tensor made from the node's static arguments alone: computed by PyTorch now, a constant."""
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "pin_memory"}
+    value = node.target(*node.args, **{**kwargs, "device": "cpu"})
+    return cx.const(value.numpy(), out_dtype(node))
+
+
+@converts(operator.getitem)
+def _getitem(cx: Emitter, node: torch.fx.Node) -> str:
+    src, i = node.args
+    names = cx.names[src]
+    if not names[i]:
+        raise GraphError(f"output {i} of {src.target} (only its first output is compiled)")
+    return names[i]
+
+
+# outputs of a multi-output node that a region may read (others must stay unread)
+READABLE_OUTPUTS = {
+    aten._native_batch_norm_legit_no_training.default: {0},
+    aten.native_layer_norm.default: {0},
+    aten.max_pool2d_with_indices.default: {0},
+}
+
+
+def supported(node: torch.fx.Node) -> str | None:
+    """Why an fx ``call_function`` node cannot be compiled, or None when it can (as far as its operator
+    and element types tell; the operator definitions may still refuse attributes, see ``partition``)."""
+    if node.target not in CONVERTERS:
+        return f"no converter for {node.target}"
+    if node.target is operator.getitem:
+        src = node.args[0]
+        allowed = READABLE_OUTPUTS.get(getattr(src, "target", None))
+        if allowed is not None and node.args[1] not in allowed:
+            return f"output {node.args[1]} of {src.target}"
+        return None
+    allowed = READABLE_OUTPUTS.get(node.target)
+    if allowed is not None:
+        for user in node.users:
+            if user.target is not operator.getitem or user.args[1] not in allowed:
+                return f"{node.target}: an output that is not compiled is read"
+    vals = tensor_vals(node)
+    if allowed is not None:
+        vals = [v for i, v in enumerate(vals) if i in allowed]
+    if not vals:
+        return "produces no tensor"
+    ins = [a for a in node.all_input_nodes]
+    try:
+        for v in vals + [t for a in ins for t in tensor_vals(a)]:
+            static_type(v)
+            if v.device.type != "cpu":
+                return f"a tensor on {v.device}"
+    except GraphError as err:
+        return str(err)
+    if any(math.prod(v.shape) == 0 for v in vals):
+        return "an empty tensor"
+    return None

@@ -1,0 +1,239 @@
+"""The ``torch.compile`` backend ``"autotune"`` and the export path of :mod:`autotune.torch`.
+
+Dynamo hands the backend an FX graph of torch-level calls whose weights are graph inputs. The
+backend exports that graph with ``torch.export`` (weights held as constants of a wrapping module, so
+they become ``get_attr`` nodes and, in the compiler, constants that are folded and pre-tiled), runs
+torch's core-ATen decompositions and compiles the supported regions (``partition``).
+
+Shapes: each compiled module is specialized to the shapes it was compiled for. A new input shape
+makes Dynamo's guards fail and Dynamo calls the backend again, which compiles for that shape (its
+tasks get their own database keys). A graph that Dynamo made dynamic (after a second shape, or
+``dynamic=True``) is specialized per seen shape: one compiled module per distinct input shape, kept in
+a bounded LRU cache (``max_shapes``, default 8). Specializing is the compiler's model: every kernel
+is tuned and generated for static extents, so a symbolic-shape kernel would be a different,
+untuned program; the bound keeps a model called with many shapes from holding many modules.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from autotune.target import Target, cpu_target
+from records import TuningDatabase
+
+from .partition import PartitionReport, compile_graph_module, find_regions, tune_regions
+
+log = logging.getLogger("autotune.torch")
+_names = itertools.count()
+
+
+@dataclass
+class Options:
+    """The backend's ``options`` (``torch.compile(..., backend="autotune", options={...})``)."""
+
+    db: Any = None  # a TuningDatabase or the path of one; None: default schedules only
+    target: Any = None  # a Target or "cpu" (the default)
+    tune_trials: int = 0  # > 0: tune each new graph's tasks up to this many measurements first
+    max_shapes: int = 8  # dynamic graphs: compiled shapes kept (least recently used dropped)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | None) -> Options:
+        opts = dict(options or {})
+        unknown = sorted(set(opts) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(
+                f"unknown autotune backend option {unknown[0]!r}; valid: "
+                f"{', '.join(cls.__dataclass_fields__)}"
+            )
+        out = cls(**opts)
+        if not isinstance(out.tune_trials, int) or out.tune_trials < 0:
+            raise ValueError(f"tune_trials must be a whole number >= 0, not {out.tune_trials!r}")
+        if not isinstance(out.max_shapes, int) or out.max_shapes < 1:
+            raise ValueError(f"max_shapes must be a whole number >= 1, not {out.max_shapes!r}")
+        return out
+
+    def resolve_target(self) -> Target:
+        if self.target is None or self.target == "cpu":
+            return cpu_target()
+        if isinstance(self.target, Target):
+            return self.target
+        raise ValueError(f"target must be 'cpu' or a Target, not {self.target!r}")
+
+
+def _open_db(db: Any) -> tuple[Any, bool]:
+    """(database, whether it was opened here and is to be closed)."""
+    if db is None or isinstance(db, TuningDatabase):
+        return db, False
+    return TuningDatabase(db), True
+
+
+def export_aten(module: torch.nn.Module, args: Sequence[Any]) -> torch.fx.GraphModule:
+    """``module`` exported with ``torch.export`` and decomposed to core ATen; weights as ``get_attr``."""
+    if getattr(module, "training", False):
+        log.warning(
+            "autotune.torch: %s is in training mode; compile it after .eval() (inference only)",
+            type(module).__name__,
+        )
+    ep = torch.export.export(module, tuple(args), strict=False)
+    return ep.run_decompositions().module()
+
+
+def compile_aten(gm: torch.fx.GraphModule, opts: Options, name: str) -> tuple[Callable, PartitionReport]:
+    db, opened = _open_db(opts.db)
+    try:
+        return compile_graph_module(gm, opts.resolve_target(), db, name, opts.tune_trials)
+    finally:
+        if opened:
+            db.close()
+
+
+class _Frozen(torch.nn.Module):
+    """A Dynamo graph with its weight inputs held as buffers: exported, they become constants."""
+
+    def __init__(self, gm: torch.fx.GraphModule, weights: Mapping[int, torch.Tensor], n_args: int) -> None:
+        super().__init__()
+        self.gm = gm
+        self.train(False)
+        self.slots = [(i, f"w{i}") for i in range(n_args) if i in weights]
+        for i, name in self.slots:
+            self.register_buffer(name, weights[i].detach(), persistent=False)
+        self.user = [i for i in range(n_args) if i not in weights]
+
+    def forward(self, *user: Any) -> Any:
+        args: list[Any] = [None] * (len(self.slots) + len(self.user))
+        for i, name in self.slots:
+            args[i] = getattr(self, name)
+        for i, v in zip(self.user, user):
+            args[i] = v
+        return self.gm(*args)
+
+
+def _is_weight(node: torch.fx.Node, value: Any) -> bool:
+    """A Dynamo graph input that is a module's parameter or buffer (by Dynamo's source of it)."""
+    if isinstance(value, torch.nn.Parameter):
+        return True
+    arg = node.meta.get("grapharg")
+    source = getattr(getattr(arg, "source", None), "name", None)
+    name = source() if callable(source) else source
+    return isinstance(name, str) and ("._buffers[" in name or "._parameters[" in name)
+
+
+def _is_dynamic(node: torch.fx.Node) -> bool:
+    v = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(v, torch.SymInt):
+        return True
+    return isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape)
+
+
+class _PerShape:
+    """A dynamic Dynamo graph compiled once per seen input shape (a bounded LRU cache)."""
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, weights: dict[int, torch.Tensor], n: int, opts: Options, name: str
+    ) -> None:
+        self.frozen = _Frozen(gm, weights, n)
+        self.opts, self.name = opts, name
+        self.cache: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
+
+    def __call__(self, *args: Any) -> Any:
+        user = [args[i] for i in self.frozen.user]
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in user)
+        fn = self.cache.get(key)
+        if fn is None:
+            log.info("autotune.torch %s: compiling for shapes %s", self.name, key)
+            fn, _ = compile_aten(export_aten(self.frozen, user), self.opts, f"{self.name}_s{len(self.cache)}")
+            self.cache[key] = fn
+            if len(self.cache) > self.opts.max_shapes:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(key)
+        return fn(*user)
+
+
+def autotune_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: Mapping[str, Any] | None = None,
+    **_: Any,
+) -> Callable:
+    """The ``torch.compile`` backend: Dynamo's graph with its supported regions compiled."""
+    opts = Options.parse(options)
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    weights = {i: v for i, (n, v) in enumerate(zip(places, example_inputs)) if _is_weight(n, v)}
+    name = f"dynamo_{next(_names)}"
+    if any(_is_dynamic(n) for n in places):
+        return _PerShape(gm, weights, len(places), opts, name)
+    frozen = _Frozen(gm, weights, len(places))
+    fn, _report = compile_aten(export_aten(frozen, [example_inputs[i] for i in frozen.user]), opts, name)
+    user = frozen.user
+    if len(user) == len(places):
+        return fn
+    return lambda *args: fn(*[args[i] for i in user])
+
+
+def register() -> None:
+    """Register ``"autotune"`` with Dynamo (the package's entry point does this when it is installed)."""
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+
+    # an installed entry point that Dynamo has found registers the backend itself when it loads it
+    if "autotune" not in _COMPILER_FNS and _BACKENDS.get("autotune") is None:
+        register_backend(autotune_backend, name="autotune")
+
+
+class CompiledTorchModule:
+    """``autotune.torch.compile``'s result: call it like the module (same positional inputs)."""
+
+    def __init__(self, fn: Callable, report: PartitionReport) -> None:
+        self.fn, self.report = fn, report
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+    @property
+    def regions(self) -> list:
+        return self.report.regions
+
+
+def compile(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    db: Any = None,
+    target: Any = None,
+    tune_trials: int = 0,
+) -> CompiledTorchModule:
+    """``module`` exported with ``torch.export`` for the shapes of ``example_inputs`` and compiled with
+    the best schedules in ``db`` (tuning first with ``tune_trials``); unsupported operators run eagerly."""
+    opts = Options.parse({"db": db, "target": target, "tune_trials": tune_trials})
+    gm = export_aten(module, example_inputs)
+    fn, report = compile_aten(gm, opts, type(module).__name__)
+    return CompiledTorchModule(fn, report)
+
+
+def tune(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    trials: int,
+    db: Any,
+    *,
+    target: Any = None,
+    layout: str = "NHWC",
+    strategy: str = "xgb",
+) -> Any:
+    """Tune the tasks of ``module``'s compilable regions (exported for ``example_inputs``' shapes) until
+    ``db`` holds ``trials`` measurements for them; returns the model tuner's summary."""
+    opts = Options.parse({"db": db, "target": target})
+    gm = export_aten(module, example_inputs)
+    regions, _ = find_regions(gm, type(module).__name__)
+    database, opened = _open_db(db)
+    try:
+        return tune_regions(regions, opts.resolve_target(), database, trials, layout, strategy)
+    finally:
+        if opened:
+            database.close()

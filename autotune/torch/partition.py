@@ -1,0 +1,274 @@
+"""Compile an ATen FX graph region by region: the nodes the compiler supports are grouped into
+regions (torch's ``CapabilityBasedPartitioner``), each region becomes one compiled module, and the
+rest of the graph runs in eager PyTorch around them. A node that converts but that an operator
+definition refuses (an attribute value, an element type) is moved out and the graph partitioned
+again, so a model never fails for an operator the compiler lacks: one log line names what ran eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.tools_common import legalize_graph
+from torch.utils import _pytree as pytree
+
+from autotune.graph.compiler import CompiledModule, compile_model, prepare
+from autotune.graph.ir import GraphError
+from autotune.target import Target
+
+from .aten import supported
+from .importer import Region, RegionError, region_graph
+
+log = logging.getLogger("autotune.torch")
+
+# nodes that move no data and compute nothing: a region of these alone is left to PyTorch
+_TRIVIAL = {"Reshape", "Identity", "Transpose", "Flatten", "Squeeze", "Unsqueeze"}
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, refused: dict[str, str]) -> None:
+        self.refused = refused
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function" or node.name in self.refused:
+            return False
+        why = supported(node)
+        if why is not None:
+            self.refused[node.name] = why
+        return why is None
+
+
+class CompiledRegion(torch.nn.Module):
+    """One compiled region called from PyTorch: input tensors are read where they lie (numpy views of
+    their memory; a non-contiguous one is made contiguous once), outputs are allocated by PyTorch and
+    written in place. Inference only: the outputs carry no autograd history."""
+
+    def __init__(self, module: CompiledModule) -> None:
+        super().__init__()
+        self.module = module
+        g = module.graph
+        self._outs = [(g.types[o].shape, _TORCH[g.types[o].dtype]) for o in g.outputs]
+        self._lock = threading.Lock()  # one arena per module: calls from several threads take turns
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.run(inputs)
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        arrays = [_view(t) for t in inputs]
+        outs = tuple(torch.empty(s, dtype=d) for s, d in self._outs)
+        with self._lock:
+            self.module.run_into(arrays, [o.numpy() for o in outs])
+        return outs
+
+
+_TORCH = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
+
+
+def _view(t: torch.Tensor) -> np.ndarray:
+    """The tensor's memory as a numpy array (a copy only when it is not contiguous)."""
+    if t.requires_grad:
+        t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy()
+
+
+@dataclass
+class PartitionReport:
+    """What was compiled and what runs in eager PyTorch."""
+
+    regions: list[CompiledModule] = field(default_factory=list)
+    compiled_ops: int = 0
+    fallback: dict[str, str] = field(default_factory=dict)  # FX node name -> why it runs eagerly
+    fallback_ops: Counter = field(default_factory=Counter)  # ATen op -> nodes run eagerly
+
+    def line(self, name: str) -> str:
+        head = f"autotune.torch {name}: {self.compiled_ops} ops in {len(self.regions)} compiled region(s)"
+        if not self.fallback_ops:
+            return head + ", nothing runs eagerly"
+        ops = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in self.fallback_ops.most_common())
+        return head + f"; eager PyTorch for {sum(self.fallback_ops.values())} op(s): {ops}"
+
+
+def find_regions(gm: torch.fx.GraphModule, name: str, max_rounds: int = 50) -> tuple[list[Region], dict]:
+    """The compilable regions of ``gm`` and, by FX node name, why each other node is left out."""
+    refused: dict[str, str] = {}
+    for _ in range(max_rounds):
+        parts = CapabilityBasedPartitioner(gm, _Support(refused), allows_single_node_partition=True)
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        regions: list[Region] = []
+        again = False
+        for k, p in enumerate(parts.propose_partitions()):
+            nodes = sorted(p.nodes, key=order.__getitem__)
+            try:
+                region = region_graph(gm, nodes, f"{name}_r{k}")
+            except RegionError as err:
+                refused.update(err.problems)
+                again = True
+                continue
+            if all(n.op in _TRIVIAL for n in region.graph.nodes):
+                refused.update({n.name: "moves no data (left to PyTorch)" for n in nodes})
+                continue
+            regions.append(region)
+        if not again:
+            return regions, refused
+    raise GraphError(f"{name}: partitioning did not settle after {max_rounds} rounds")
+
+
+def _drop_guards(gm: torch.fx.GraphModule) -> None:
+    """``ExportedProgram.module()`` checks its inputs in a ``_guards_fn`` call: shapes are checked here."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_module" and str(n.target).startswith("_guards") and not n.users:
+            gm.graph.erase_node(n)
+
+
+def compile_graph_module(
+    gm: torch.fx.GraphModule,
+    target: Target,
+    db: Any,
+    name: str = "torch",
+    tune_trials: int = 0,
+    **compile_kwargs: Any,
+) -> tuple[Callable[..., Any], PartitionReport]:
+    """``gm`` (core ATen, weights as ``get_attr``) with its supported regions compiled: a callable
+    taking ``gm``'s inputs, and the report (also logged, one line)."""
+    _drop_guards(gm)
+    regions, refused = find_regions(gm, name)
+    if tune_trials:
+        tune_regions(regions, target, db, tune_trials)
+    report = PartitionReport()
+    compiled: list[tuple[Region, CompiledModule]] = []
+    for region in regions:
+        try:
+            module = compile_model(region.graph, target, db, verbose=False, **compile_kwargs)
+        except (GraphError, RuntimeError, ValueError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            for n in region.graph.nodes:
+                refused.setdefault(n.name.split(":")[0], f"region failed to compile: {first}")
+            log.warning(
+                "autotune.torch %s: a region of %d nodes runs eagerly (%s)",
+                name,
+                len(region.graph.nodes),
+                first,
+            )
+            continue
+        compiled.append((region, module))
+        report.regions.append(module)
+    inside = {n for region, _ in compiled for n in _region_nodes(region)}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n not in inside and n.target is not operator.getitem:
+            report.fallback[n.name] = refused.get(n.name, "not supported")
+            report.fallback_ops[_op_name(n)] += 1
+    report.compiled_ops = sum(1 for n in inside if n.target is not operator.getitem)
+    (log.warning if report.fallback_ops else log.info)("%s", report.line(name))
+    for k, (region, module) in enumerate(compiled):
+        _replace(gm, region, CompiledRegion(module), f"autotune_region_{k}")
+    legalize_graph(gm)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return _fast_path(gm) or gm, report
+
+
+def _op_name(n: torch.fx.Node) -> str:
+    t = n.target
+    return str(getattr(t, "__name__", t)) if not isinstance(t, torch._ops.OpOverload) else str(t)
+
+
+def _region_nodes(region: Region) -> set[torch.fx.Node]:
+    """The FX nodes of a region (its outputs and everything between its inputs and them)."""
+    seen: set[torch.fx.Node] = set()
+    stop = set(region.inputs)
+    todo = list(region.outputs)
+    while todo:
+        n = todo.pop()
+        if n in seen or n in stop or n.op != "call_function":
+            continue
+        seen.add(n)
+        todo.extend(n.all_input_nodes)
+    return seen
+
+
+def _replace(gm: torch.fx.GraphModule, region: Region, module: CompiledRegion, attr: str) -> None:
+    """Put one call of ``module`` in the place of the region's nodes."""
+    gm.add_submodule(attr, module)
+    nodes = _region_nodes(region)
+    last = max(nodes, key=list(gm.graph.nodes).index)
+    with gm.graph.inserting_after(last):
+        call = gm.graph.call_module(attr, tuple(region.inputs))
+    outs = []
+    with gm.graph.inserting_after(call):
+        for j, _ in enumerate(region.outputs):
+            outs.append(gm.graph.call_function(operator.getitem, (call, j)))
+    for old, new in zip(region.outputs, outs):
+        new.meta = dict(old.meta)
+        old.replace_all_uses_with(new, delete_user_cb=lambda user: user not in nodes)
+
+
+def _fast_path(gm: torch.fx.GraphModule) -> Callable[..., Any] | None:
+    """For a graph that is one compiled region and nothing else: a direct call of the region (no
+    FX interpretation per call), or None."""
+    nodes = list(gm.graph.nodes)
+    places = [n for n in nodes if n.op == "placeholder"]
+    calls = [n for n in nodes if n.op == "call_module"]
+    rest = [n for n in nodes if n.op not in ("placeholder", "output") and n not in calls]
+    if len(calls) != 1 or any(n.target is not operator.getitem or n.args[0] is not calls[0] for n in rest):
+        return None
+    region: CompiledRegion = gm.get_submodule(str(calls[0].target))
+    out = nodes[-1].args[0]
+    flat, out_spec = pytree.tree_flatten(out)
+    if not all(isinstance(v, torch.fx.Node) and v in rest for v in flat):
+        return None
+    in_idx = [places.index(a) if a in places else -1 for a in calls[0].args]
+    out_idx = [int(v.args[1]) for v in flat]
+    if -1 in in_idx:
+        return None
+    info = getattr(gm.graph._codegen, "pytree_info", None)
+    if info is not None:
+        positional = pytree.tree_structure((tuple(range(len(places))), {}))
+        if info.in_spec is not None and info.in_spec != positional:
+            return None
+        out_spec = info.out_spec if info.out_spec is not None else out_spec
+    run = region.run
+    same_in = in_idx == list(range(len(places)))
+
+    def call(*args: torch.Tensor) -> Any:
+        res = run(args if same_in else [args[i] for i in in_idx])
+        return pytree.tree_unflatten([res[j] for j in out_idx], out_spec)
+
+    call.region = region  # type: ignore[attr-defined]
+    return call
+
+
+def tune_regions(
+    regions: Sequence[Region],
+    target: Target,
+    db: Any,
+    trials: int,
+    layout: str = "NHWC",
+    strategy: str = "xgb",
+) -> Any:
+    """Tune every task of the regions under one budget of ``trials`` measurements (the model
+    tuner's gradient task scheduler); records go to ``db`` as from ``tune.py --model``."""
+    from autotune.cli.common import measure_tools
+    from autotune.graph.tuning import tune_model
+    from autotune.search import TuneOptions
+
+    if db is None:
+        raise GraphError("tuning needs a database (db=...)")
+    prepared = [prepare(r.graph, layout) for r in regions]
+    if not prepared:
+        return None
+    builder, runner = measure_tools(target)
+    options = TuneOptions(trials=trials, strategy=strategy, progress=False)
+    with builder, runner:
+        return tune_model(prepared, target, db, trials, options, builder, runner, log=log.info)
