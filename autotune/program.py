@@ -13,7 +13,7 @@ from .ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLo
 from .ir.passes import _walk_deep, check_parallel, map_exprs, simplify_stmt, unroll_loops, vectorize_loops
 from .ir.printer import format_stmt
 from .prepack import PrepackSpec
-from .schedule import ScheduleError, Step, apply_steps
+from .schedule import ScheduleError, Step, TensorizeStep, apply_steps
 from .target import Target
 from .te import Workload
 from .te.expr import Expr
@@ -62,6 +62,7 @@ class CudaKernelPlan:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     params: tuple[str, ...]
+    shared_bytes: int = 0  # dynamic shared memory (above 48 KiB the runner opts in)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class CudaSource:
 
         index = {b.name: i for i, b in enumerate(self.buffers)}
         launches = tuple(
-            Launch(k.name, k.grid, k.block, tuple(index[p] for p in k.params)) for k in self.kernels
+            Launch(k.name, k.grid, k.block, tuple(index[p] for p in k.params), k.shared_bytes)
+            for k in self.kernels
         )
         workspace = tuple(b.size * 4 for b in self.buffers[self.n_args :])
         return CudaProgram(self.source, launches, workspace)
@@ -175,8 +177,53 @@ def lower_cuda_kernels(
     return kernels, args, heap
 
 
+def _tensorized(workload: Workload, steps: Sequence[Step], target: Target):  # noqa: ANN202
+    """(GemmView, TensorizeStep) when the schedule tensorizes the workload's product, else None;
+    raises ScheduleError for a tensorize step that cannot apply."""
+    from .codegen.tensorcore import tile_problem
+    from .schedule.tensorize import gemm_view
+
+    tz = [s for s in steps if isinstance(s, TensorizeStep)]
+    if not tz:
+        return None
+    if len(workload.outputs) != 1 or len(steps) != 1:
+        raise ScheduleError("tensorize: the schedule must be one tensorize step of a single-output product")
+    apply_steps(workload.outputs, steps)
+    view = gemm_view(workload.outputs[0], workload.precision)
+    if view is None:
+        raise ScheduleError("tensorize: not a matrix product in float16/bfloat16/TF32")
+    fp = target.fingerprint
+    limit = int(fp.get("max_shared_per_block_optin", fp.get("max_shared_per_block", 49152)))
+    why = tile_problem(view, tz[0].tile, limit, int(fp.get("max_threads_per_block", 1024)))
+    if why:
+        raise ScheduleError(f"tensorize: {why}")
+    return view, tz[0]
+
+
+def _tensor_core_program(workload: Workload, view, step, target: Target) -> CudaSource:  # noqa: ANN001
+    from .codegen.tensorcore import launch_shape, render_cuda, shared_bytes, splitk_name
+
+    name = kernel_name(workload)
+    tile = step.tile
+    args = [Buffer(t.name, t.dtype, t.shape) for t in workload.args]
+    heap = [Buffer("at_ws", "float32", (view.batch * tile.split_k * view.m * view.n,), "global")]
+    heap = heap if tile.split_k > 1 else []
+    grid, block = launch_shape(view, tile)
+    names = tuple(b.name for b in args + heap)
+    plans = [CudaKernelPlan(name, grid, block, names, shared_bytes(view, tile))]
+    if tile.split_k > 1:
+        total = view.batch * view.m * view.n
+        plans.append(CudaKernelPlan(splitk_name(name), (-(-total // 256), 1, 1), (256, 1, 1),
+                                    (heap[0].name, args[-1].name)))
+    text = f"tensorized {view} with {tile}"
+    return CudaSource(render_cuda(view, tile, name), tuple(plans), tuple(args + heap), len(args), text)
+
+
 def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target) -> CudaSource:
     """Lower a schedule for a GPU and render it as CUDA: one kernel per root stage, in order."""
+    tz = _tensorized(workload, steps, target)
+    if tz is not None:
+        return _tensor_core_program(workload, *tz, target)
     kernels, args, heap = lower_cuda_kernels(workload, steps, target)
     parts, texts, plans = [], [], []
     for k in kernels:
@@ -204,6 +251,13 @@ def build_cuda_emulation(workload: Workload, steps: Sequence[Step], target: Targ
     without a GPU."""
     from .codegen.cuda_emulation import CudaEmulationRenderer
 
+    tz = _tensorized(workload, steps, target)
+    if tz is not None:
+        from .codegen.tensorcore import render_emulation
+
+        name = kernel_name(workload) + "_emu"
+        args = [Buffer(t.name, t.dtype, t.shape) for t in workload.args]
+        return Program(name, PrimFunc(name, args, Seq([])), render_emulation(tz[0], tz[1].tile, name))
     kernels, args, heap = lower_cuda_kernels(workload, steps, target)
     name = kernel_name(workload) + "_emu"
     source = CudaEmulationRenderer().render_program(name, kernels, args, heap)

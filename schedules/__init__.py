@@ -10,8 +10,10 @@ def make_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Tar
         return cpu_space(workload, target)
     if target.kind == "cuda":
         from .cuda import cuda_space
+        from .tensorcore import tensor_core_space
 
-        return cuda_space(workload, target)
+        # a product in float16/bfloat16/TF32 runs on tensor cores
+        return tensor_core_space(workload, target) or cuda_space(workload, target)
     raise NotImplementedError(f"no schedule space for target {target.kind!r} yet")
 
 

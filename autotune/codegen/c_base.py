@@ -23,6 +23,7 @@ from ..ir.nodes import (
 )
 from ..te.expr import (
     FLOAT_DTYPES,
+    LOW_PRECISION_DTYPES,
     Binary,
     Call,
     Cast,
@@ -34,11 +35,14 @@ from ..te.expr import (
     Select,
     Var,
 )
+from .lowp import from_float, to_float
 
-DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
 # bool is one byte, as in numpy, so boolean tensors cross the module boundary unconverted
 C_TYPES = {
     "float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "unsigned char",
+    # 16-bit floats: typedefs of each backend's prelude (codegen/lowp.py)
+    "float16": "at_half", "bfloat16": "at_bf16",
 }
 _INT_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -133,6 +137,18 @@ class CStyleRenderer:
             return [pad + self.prefetch(s)]
         raise TypeError(f"cannot render {type(s).__name__}")
 
+    def cast(self, src: str, dst: str, text: str) -> str:
+        """A conversion; 16-bit floats convert through float32 with the backend's helpers."""
+        if src in LOW_PRECISION_DTYPES:
+            text, src = to_float(self.lowp_backend, src, text), "float32"
+            if dst == src:
+                return text
+        if dst in LOW_PRECISION_DTYPES:
+            return from_float(self.lowp_backend, dst, text if src == "float32" else f"((float){text})")
+        return f"(({C_TYPES[dst]}){text})"
+
+    lowp_backend = "c"  # how 16-bit floats convert (codegen/lowp.py)
+
     def prefetch(self, s: Prefetch) -> str:
         raise TypeError(f"{type(self).__name__} has no cache prefetch")
 
@@ -197,5 +213,5 @@ class CStyleRenderer:
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         if isinstance(e, Cast):
-            return f"(({C_TYPES[e.dtype]}){self.expr(e.value)})"
+            return self.cast(e.value.dtype, e.dtype, self.expr(e.value))
         return self.vector_expr(e)

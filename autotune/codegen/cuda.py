@@ -44,6 +44,8 @@ def aligned(index: Expr, lanes: int) -> bool:
 class CudaRenderer(CStyleRenderer):
     """``extern "C" __global__`` kernels; loops bound to blockIdx/threadIdx become index reads."""
 
+    lowp_backend = "cuda"
+
     def __init__(self, block_dims: dict[str, int] | None = None, lanes: int = 4) -> None:
         self.block_dims = block_dims or {}
         self.lanes = lanes

@@ -169,6 +169,38 @@ class StoragePadStep(Step):
         S.storage_pad(sch.stage(self.stage), self.pad)
 
 
+@dataclass(frozen=True)
+class TensorizeStep(Step):
+    """Compute the reduction ``stage`` (a matrix product, ``schedule.tensorize.gemm_view``) with
+    warp-level tensor-core instructions: block and warp tiles, a ``stages``-deep cp.async
+    pipeline, swizzled shared tiles, split-K (``codegen.tensorcore``). It replaces the stage's
+    loop nest, so it is the stage's only step."""
+
+    stage: str
+    block_m: int
+    block_n: int
+    block_k: int
+    warp_m: int
+    warp_n: int
+    stages: int = 2
+    swizzle: int = 1
+    split_k: int = 1
+    kind: ClassVar[str] = "tensorize"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        if st.relations or st.annotations or st.attached_here or not st.is_output:
+            raise ScheduleError(f"tensorize: {self.stage} must be an untouched output stage")
+        st.tensorize = self
+
+    @property
+    def tile(self):  # noqa: ANN201 - codegen.tensorcore.TensorCoreTile
+        from ..codegen.tensorcore import TensorCoreTile
+
+        return TensorCoreTile(self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n,
+                              self.stages, self.swizzle, self.split_k)
+
+
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (
@@ -182,6 +214,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         CacheWriteStep,
         CacheReadStep,
         StoragePadStep,
+        TensorizeStep,
     )
 }
 

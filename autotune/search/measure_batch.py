@@ -76,10 +76,32 @@ def make_backend(target: Target, builder: Any, runner: Any) -> Backend:
     return {"cpu": CpuBackend, "cuda": CudaBackend}[target.kind](target, builder, runner)
 
 
-def tolerances(reference: list[np.ndarray]) -> tuple[float, float]:
-    """rtol, atol for float32 kernels against a float64 reference."""
+def tolerances(
+    reference: list[np.ndarray], precision: str = "fp32", reduction: int = 1
+) -> tuple[float, float]:
+    """rtol, atol for a kernel against its float64 reference, by the precision its products round
+    their inputs to and the length of its longest reduction. The one place tolerances are set:
+
+    - fp32, and float16/bfloat16 inputs (exact as stored; their products are exact in float32):
+      only float32 accumulation rounds, 1e-4 of the output scale, widened by 2^-24 sqrt(length)
+      (a random walk of roundings; the output scale itself grows like sqrt(length));
+    - tf32: every input rounded to 10 mantissa bits (relative 2^-11): the products err by about
+      2^-10 of their size, so the sum errs within a few 2^-10 of the output scale: 4e-3.
+    """
     scale = max(float(np.max(np.abs(r))) for r in reference) if reference else 1.0
-    return 1e-4, 1e-4 * max(scale, 1e-3)
+    rel = 4e-3 if precision == "tf32" else 1e-4 + 2.0**-24 * float(np.sqrt(max(reduction, 1)))
+    return rel, rel * max(scale, 1e-3)
+
+
+def reduction_length(workload: Workload) -> int:
+    """The longest reduction (points summed into one output) of the workload's stages."""
+    from autotune.te.expr import Reduce
+
+    best = 1
+    for t in workload.tensors:
+        if not t.is_placeholder and isinstance(t.body, Reduce):
+            best = max(best, int(np.prod([a.extent for a in t.body.axes])))
+    return best
 
 
 class WorkloadMeasurer:
@@ -101,7 +123,7 @@ class WorkloadMeasurer:
         rng = np.random.default_rng(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
         inputs = workload.random_inputs(rng)
         reference = workload.run_reference(inputs)
-        rtol, atol = tolerances(reference)
+        rtol, atol = tolerances(reference, workload.precision, reduction_length(workload))
         base = run_options or RunOptions()
         self.options = _with_tolerances(base, rtol, atol)
         if workload.const_inputs and target.kind == "cpu":

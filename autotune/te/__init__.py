@@ -1,5 +1,6 @@
 """Tensor-expression language: placeholders, computes, reductions, math, the op library, workloads."""
 
+from . import gemm  # noqa: F401 - registers the "gemm" description (low-precision products)
 from .expr import Expr, IterVar, Var, all_of, any_of, equal, not_equal
 from .registry import WorkloadError, make_workload, op_names, op_spec, workload_from_description
 from .tensor import (

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 from typing import Iterable, Sequence
 
-FLOAT_DTYPES = ("float32", "float64")
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+# storage-only float types: computed on as float32 (te.cast), never as themselves
+LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
 
 _counter = itertools.count()

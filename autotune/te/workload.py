@@ -28,6 +28,15 @@ from .expr import (
 from .tensor import Tensor
 
 
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of a te dtype (bfloat16 is ml_dtypes')."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
 def topo_order(outputs: Sequence[Tensor]) -> list[Tensor]:
     """All tensors reachable from ``outputs``, producers before consumers."""
     order: list[Tensor] = []
@@ -136,13 +145,19 @@ class Workload:
     # inputs that are constants of a model (weights): a CPU schedule may store them pre-tiled
     # (``autotune.prepack``), which changes what is timed, so they are part of the key
     const_inputs: tuple[int, ...] = ()
+    # how float32 matrix products may round their inputs: "fp32" (exactly) or "tf32" (tensor
+    # cores); 16-bit inputs are in the tensors' dtypes. Part of the key: the kernels differ
+    precision: str = "fp32"
 
     @property
     def key(self) -> str:
         key = structural_key(self.outputs)
-        if not self.const_inputs:
+        if not self.const_inputs and self.precision == "fp32":
             return key
-        blob = json.dumps([key, sorted(self.const_inputs)], separators=(",", ":"))
+        extra: list = [key, sorted(self.const_inputs)]
+        if self.precision != "fp32":
+            extra.append(self.precision)
+        blob = json.dumps(extra, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     @property
@@ -171,13 +186,14 @@ class Workload:
                 arrays.append(rng.integers(0, 2, size=t.shape).astype(bool))
             elif t.dtype.startswith("int"):
                 arrays.append(rng.integers(int(lo), int(hi), size=t.shape).astype(t.dtype))
-            else:
-                arrays.append(rng.uniform(lo, hi, size=t.shape).astype(t.dtype))
+            else:  # 16-bit floats: rounded to the dtype, so the float64 reference sees those values
+                arrays.append(rng.uniform(lo, hi, size=t.shape).astype(numpy_dtype(t.dtype)))
         return arrays
 
     def run_reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The numpy reference, computed in float64."""
-        wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
+        wide = [a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
+                for a in inputs]
         outs = self.reference(*wide)
         return [np.asarray(o, dtype=np.float64) for o in outs]
 
