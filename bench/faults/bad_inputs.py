@@ -414,7 +414,7 @@ def measurement_count(db: Path) -> int:
     con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
         return int(con.execute("select count(*) from measurements").fetchone()[0])
-    except sqlite3.OperationalError:
+    except sqlite3.DatabaseError:  # no schema yet (or the file is being created)
         return 0
     finally:
         con.close()
