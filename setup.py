@@ -35,6 +35,7 @@ setup(
             "autotune-tune=autotune.cli.tune:main",
             "autotune-bench=autotune.cli.bench:main",
             "autotune-compile=autotune.cli.compile:main",
+            "autotune-db=autotune.cli.db:main",
         ],
         # torch.compile(model, backend="autotune") finds the backend here (with the [torch] extra)
         "torch_dynamo_backends": ["autotune = autotune.torch.backend:autotune_backend"],

@@ -75,6 +75,45 @@ def _cpu_model_and_flags() -> tuple[str, list[str]]:
     return model, [f for f in _ISA_FLAGS if f in flags]
 
 
+# Fingerprint fields that name software versions, not hardware: records of a target that differs from
+# this machine's only in these are the nearest compatible ones (same CPU and ISA, or the same GPU and
+# arch, with another compiler or driver), used where there are no exact records.
+VERSION_FIELDS = {"cpu": ("compiler",), "cuda": ("driver_version", "nvcc")}
+
+
+def hardware_of(kind: str, fingerprint: dict) -> dict:
+    """The fingerprint without its software versions (VERSION_FIELDS)."""
+    return {k: v for k, v in fingerprint.items() if k not in VERSION_FIELDS.get(kind, ())}
+
+
+def nearest_records_target(db, target: Target) -> tuple[Target, str]:  # noqa: ANN001 - a TuningDatabase
+    """The target whose records compile and bench use: ``target`` itself where ``db`` holds verified
+    records of it, else the compatible target (same hardware, other software versions) with the most
+    verified records, as a Target with this machine's fingerprint and that target's key; and a note
+    saying which versions differ ("" for the exact target, or when no compatible target has records)."""
+    if db.count(target_key=target.key, errors=False):
+        return target, ""
+    mine = hardware_of(target.kind, target.fingerprint)
+    best: tuple[int, dict] | None = None
+    for t in db.targets():
+        same = t["kind"] == target.kind and hardware_of(t["kind"], t["fingerprint"]) == mine
+        if not same or t["key"] == target.key:
+            continue
+        n = db.count(target_key=t["key"], errors=False)
+        if n and (best is None or n > best[0]):
+            best = (n, t)
+    if best is None:
+        return target, ""
+    other = best[1]
+    theirs, ours = other["fingerprint"], target.fingerprint
+    diffs = [f"{k} {theirs.get(k, '?')!r} (here {ours.get(k, '?')!r})"
+             for k in VERSION_FIELDS.get(target.kind, ()) if theirs.get(k) != ours.get(k)]
+    note = (f"no records for this exact target; using those of the nearest compatible target "
+            f"{other['key']} (same hardware, {'; '.join(diffs) or 'other versions'}); "
+            f"--exact-target refuses them")
+    return Target(target.kind, target.fingerprint, other["key"]), note
+
+
 def target_key(kind: str, fingerprint: dict) -> str:
     blob = json.dumps({"kind": kind, **fingerprint}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:24]

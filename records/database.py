@@ -198,8 +198,8 @@ class TuningDatabase:
         self, recs: Iterable[MeasurementRecord], claimed_by: str | None = None
     ) -> list[int]:
         """Store records in one committed transaction; return their ids in order. ``claimed_by``:
-        the owner's claims on these configs are released in the same transaction (and its other
-        claims renewed), so a config is always either claimed or measured."""
+        the owner's claims on measuring these configs are released in the same transaction (and its
+        other claims renewed), so a config is always either claimed or measured."""
         rows = [self._prepare(rec) for rec in recs]
         ids: list[int] = []
         with self._write():
@@ -208,9 +208,8 @@ class TuningDatabase:
                 if claimed_by is not None:
                     self.db.execute(
                         "DELETE FROM claims WHERE workload_key = ? AND target_key = ? AND owner = ?"
-                        " AND config_key IN (?, ?)",
-                        [row["workload_key"], row["target_key"], claimed_by, row["config_key"],
-                         confirm_claim_key(row["config_key"])],
+                        " AND config_key = ?",
+                        [row["workload_key"], row["target_key"], claimed_by, row["config_key"]],
                     )
             if claimed_by is not None:
                 self.db.execute(

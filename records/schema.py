@@ -188,11 +188,7 @@ def inspect_file(path: Path) -> FileState:
     if header != SQLITE_HEADER:
         raise ForeignDatabaseError(f"{path} is not an SQLite database")
     # mode=ro guarantees SQLite itself cannot write to a file we have not vetted.
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=30.0)
-    except sqlite3.Error as exc:
-        raise RecordsError(f"cannot open {path}: {exc}") from None
+    conn = open_readonly(path)
     try:
         return check_connection(conn, str(path))
     except sqlite3.OperationalError as exc:

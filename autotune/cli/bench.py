@@ -20,7 +20,17 @@ from ..search.measure_batch import tolerances
 from ..search.tune import workload_label
 from ..target import Target
 from ..te import Workload, WorkloadError, workload_from_description
-from .common import TARGETS, ArgParser, UsageError, float_at_least, int_in, open_db, resolve_target, run_cli
+from .common import (
+    TARGETS,
+    ArgParser,
+    UsageError,
+    add_exact_target_arg,
+    float_at_least,
+    int_in,
+    open_records,
+    resolve_target,
+    run_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_exact_target_arg(p)
     p.add_argument(
         "--repeat", type=int_in(1), default=5, help="timed repeats per side; the median is kept (default 5)"
     )
@@ -193,7 +204,7 @@ def format_table(rows: Sequence[BenchRow]) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target)
-    db = open_db(args.db, create=False)
+    db, target, _ = open_records(args.db, target, args.exact_target)
     try:
         if not db.workloads():
             raise UsageError(f"{args.db} holds no tuned workloads; run scripts/tune.py --db {args.db} first")

@@ -15,7 +15,7 @@ from typing import Callable, NoReturn, Sequence
 from records import RecordsError, TuningDatabase
 from records.schema import SQLITE_HEADER, check_connection
 
-from ..target import Target, cpu_target, cuda_target
+from ..target import Target, cpu_target, cuda_target, nearest_records_target
 
 TARGETS = ("cpu", "cuda")
 SEED_MAX = 2**32 - 1  # numpy, scikit-learn and XGBoost all take a seed in 0 .. 2**32-1
@@ -105,8 +105,32 @@ def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace],
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
+def add_exact_target_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--exact-target", action="store_true",
+                   help="use only records of this exact target; by default, where there are none, the "
+                   "records of the nearest compatible target (same hardware and ISA or GPU arch, another "
+                   "compiler or driver version) are used and the summary says so")
+
+
+def open_records(path: str, target: Target, exact: bool) -> tuple[TuningDatabase, Target, str]:
+    """Compile's and bench's DB, opened read-only, with the target whose records to use and a note
+    ("; ..." or "") where that is the nearest compatible target rather than this exact one."""
+    db = open_db(path, create=False)
+    if exact:
+        return db, target, ""
+    try:
+        records_target, note = nearest_records_target(db, target)
+    except BaseException:
+        db.close()
+        raise
+    if note:
+        print(f"records: {note}", flush=True)
+    return db, records_target, f"; {note}" if note else ""
+
+
 def open_db(path: str, create: bool = True) -> TuningDatabase:
-    """The records DB at ``path``; ``create=False`` (compile, bench) needs it to exist."""
+    """The records DB at ``path``; ``create=False`` (compile, bench) needs it to exist and opens it
+    read-only (a database in a read-only location works)."""
     p = Path(path)
     if not path:
         raise UsageError("--db is empty: name the database file")
@@ -118,7 +142,7 @@ def open_db(path: str, create: bool = True) -> TuningDatabase:
         raise UsageError(f"database {path} is an empty file, not a tuning database")
     _vet_without_writing(p)
     try:
-        return TuningDatabase(p, create=create)
+        return TuningDatabase(p, create=create, readonly=not create)
     except RecordsError as err:
         raise UsageError(str(err).splitlines()[0]) from None
 

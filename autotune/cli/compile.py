@@ -13,7 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import TARGETS, ArgParser, UsageError, int_in, open_db, resolve_target, run_cli
+from .common import (
+    TARGETS,
+    ArgParser,
+    UsageError,
+    add_exact_target_arg,
+    int_in,
+    open_records,
+    resolve_target,
+    run_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rerank_arg(p)
     p.add_argument("--target", default="cpu", help=f"where it runs: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_exact_target_arg(p)
     p.add_argument("-o", "--output", help="copy the built shared library here")
     p.add_argument("--check", action="store_true",
                    help="run once on random inputs, compare with onnxruntime (or, where it is not "
@@ -79,13 +89,13 @@ def _run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target)
     if args.profile and target.kind != "cpu":
         raise UsageError("--profile times kernel calls of a CPU module; use bench.py for --target cuda")
-    db = open_db(args.db, create=False)
+    db, target, nearest = open_records(args.db, target, args.exact_target)
     try:
         module = build_module(model, target, db, args.layout, args.rerank, args.winograd)
     finally:
         db.close()
     print(module.prepared.describe(), flush=True)
-    print(module.summary.line(), flush=True)
+    print(module.summary.line() + nearest, flush=True)
     print(f"memory: {module.plan.describe()}", flush=True)
     lib = module.lib_path
     if args.output:
@@ -98,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.show_entry:
         print(module.entry_source, flush=True)
     out = module.summary.to_json()
-    out.update(library=lib, target=target.key, db=args.db)
+    out.update(library=lib, target=target.key, db=args.db, nearest_target=nearest[2:] or None)
     status = 0
     if args.check:
         feeds = module.random_inputs(np.random.default_rng(0))

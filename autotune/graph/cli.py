@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli.common import UsageError, int_in, measure_tools, open_db, resolve_target
+from ..cli.common import UsageError, int_in, measure_tools, open_db, open_records, resolve_target
 from ..cli.limits import check_graph, check_workload
 from .compiler import (
     LAYOUTS,
@@ -280,13 +280,13 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> tuple[flo
 # --- bench --model ------------------------------------------------------------------------------------
 def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) -> tuple[Any, dict, list]:
     """The module built from the DB's best schedules, its random inputs, and its outputs on them."""
-    db = open_db(args.db, create=False)
+    db, target, nearest = open_records(args.db, target, getattr(args, "exact_target", False))
     try:
         module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1), args.winograd)
     finally:
         db.close()
     print(f"target: {target.describe()} [{target.key}]", flush=True)
-    print(module.summary.line(), flush=True)
+    print(module.summary.line() + nearest, flush=True)
     feeds = module.random_inputs(np.random.default_rng(getattr(args, "seed", 0)))
     return module, feeds, module.run(feeds)
 

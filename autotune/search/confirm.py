@@ -21,12 +21,14 @@ from .measure_batch import Trial
 
 log = logging.getLogger("autotune.confirm")
 
-# A confirmation is kept only when the reference kernel timed just before and just after it ran
-# within this factor of the reference's quietest time (its search record or any quieter timing
-# during confirmation); otherwise the machine was busier than when the finalists were found (another
-# job started), the finalist's timing would demote it unfairly, and it is measured again.
+# A confirmation is kept only when the reference kernel, timed just before and just after it, ran
+# within this factor of the reference's quietest time during the confirmation; otherwise the machine
+# got busier meanwhile (another job started) and the finalist is measured again. A round (one
+# confirmation of every finalist) is committed whole, in one transaction, once each of its timings is
+# kept: finalists never hold different numbers of confirmations, so load cannot re-rank them, and
+# a round that stays disturbed is dropped, leaving the ranking as it was (rerun to finish).
 REFERENCE_SLOWDOWN = 1.5
-RETRIES = 3  # rounds in a row with every confirmation disturbed before giving up (rerun to finish)
+RETRIES = 4  # re-measurements of a round's disturbed finalists before the round is given up
 BACKOFF_S = 1.0  # wait before a retry, doubled each time
 
 
@@ -64,48 +66,57 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
     mine = {k: n for k, n in need.items() if confirm_claim_key(k) in granted}
     by_key = {config_key(r.config): r.config for r in chosen}
     reference = chosen[0]
-    baseline = reference.mean_s
     rng = np.random.default_rng(0)
-    added = retries = 0
+    added = 0
+    quietest = [math.inf]  # the reference's quietest time in this confirmation
     try:
         while mine:
-            keys = [k for k in mine if mine[k] > 0]
-            order = [keys[i] for i in rng.permutation(len(keys))]
-            configs = [reference.config]
-            for k in order:
-                configs += [by_key[k], reference.config]
-            trials = list(measurer.measure(configs, [space.steps(c) for c in configs]))
-            refs = [t.mean_s for t in trials[0::2]]
-            baseline = min([baseline] + [r for r in refs if math.isfinite(r)])
-            limit = baseline * REFERENCE_SLOWDOWN
-            kept = 0
-            for i, k in enumerate(order):
-                if max(refs[i], refs[i + 1]) > limit:
-                    continue  # the machine was busier around this timing: measure it again
-                db.add_measurements([_confirm_record(wl, target, trials[2 * i + 1], space.version)],
-                                    claimed_by=owner)
-                mine[k] -= 1
-                kept += 1
-                added += 1
-            mine = {k: n for k, n in mine.items() if n > 0}
-            if not mine:
-                break
-            if kept:
-                retries = 0
-                continue
-            retries += 1
-            if retries > RETRIES:
+            keys = [k for k, n in mine.items() if n > 0]
+            kept = _confirm_round(measurer, space, reference.config,
+                                  [by_key[keys[i]] for i in rng.permutation(len(keys))], quietest)
+            if kept is None:
                 log.warning(
-                    "%s: the machine's timing shifted during confirmation (reference kernel over "
-                    "%.1fx its quiet time in %d rounds); %d finalist(s) left unconfirmed and not "
-                    "re-ranked; rerun the same command on a quieter machine to finish",
-                    wl.name, REFERENCE_SLOWDOWN, retries, len(mine),
-                )
+                    "%s: the machine's timing shifted during confirmation (the reference kernel ran "
+                    "over %.1fx its quietest time around some finalists %d times in a row); the round "
+                    "was dropped and %d finalist(s) keep the confirmations they had, not re-ranked; "
+                    "rerun the same command on a quieter machine to finish",
+                    wl.name, REFERENCE_SLOWDOWN, RETRIES + 1, len(keys))
                 break
-            time.sleep(BACKOFF_S * 2 ** (retries - 1))
+            db.add_measurements([_confirm_record(wl, target, t, space.version) for t in kept],
+                                claimed_by=owner)
+            added += len(kept)
+            mine = {k: n - 1 for k, n in mine.items() if n > 1}
     finally:
         db.release_claims(owner, [confirm_claim_key(k) for k in need])
     return added
+
+
+def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: list[dict],
+                   quietest: list[float]) -> list[Trial] | None:
+    """One confirmation of each config, each timed between two timings of ``reference``; a config
+    whose reference timings ran over REFERENCE_SLOWDOWN x ``quietest[0]`` (updated in place) is
+    measured again, after a pause. Returns the kept trials in the order of ``configs``, or None when
+    some config stayed disturbed through RETRIES re-measurements."""
+    kept: dict[int, Trial] = {}
+    todo = list(range(len(configs)))
+    for attempt in range(RETRIES + 1):
+        if attempt:
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        batch = [reference]
+        for i in todo:
+            batch += [configs[i], reference]
+        trials = list(measurer.measure(batch, [space.steps(c) for c in batch]))
+        refs = [t.mean_s for t in trials[0::2]]
+        log.debug("reference timings %s, finalists %s", refs, [t.mean_s for t in trials[1::2]])
+        quietest[0] = min([quietest[0]] + [r for r in refs if math.isfinite(r)])
+        limit = quietest[0] * REFERENCE_SLOWDOWN
+        for j, i in enumerate(todo):
+            if max(refs[j], refs[j + 1]) <= limit:
+                kept[i] = trials[2 * j + 1]
+        todo = [i for i in todo if i not in kept]
+        if not todo:
+            return [kept[i] for i in range(len(configs))]
+    return None
 
 
 def _confirm_record(wl: Workload, target: Target, trial: Trial, space_version: int) -> MeasurementRecord:
