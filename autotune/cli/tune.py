@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
+    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
+                   help="of a matrix product (--op matmul/dense/batch_matmul, --target cuda): tf32, or "
+                   "float16/bfloat16 inputs, accumulated in float32 on tensor cores (default fp32)")
     p.add_argument(
         "--trials",
         type=int_in(0),
@@ -115,6 +118,13 @@ def _workloads(args: argparse.Namespace) -> list:
     if not args.shape:
         spec = op_spec(args.op)
         raise UsageError(f"--op {args.op} needs --shape {','.join(spec.params)}")
+    if args.precision != "fp32":
+        from ..te.gemm import gemm_workload
+        from ..te.registry import parse_shape
+
+        if args.target != "cuda":
+            raise UsageError(f"--precision {args.precision} runs on tensor cores: it needs --target cuda")
+        return [gemm_workload(args.op, parse_shape(args.shape), args.precision)]
     return [make_workload(args.op, args.shape)]
 
 
