@@ -74,7 +74,9 @@ class Emitter:
 
     def emit(self, op: str, inputs: Sequence[str], n_out: int = 1, **attrs: Any) -> list[str]:
         outs = [self.fresh(self.current) for _ in range(n_out)]
-        self.nodes.append(Node(op, list(inputs), outs, dict(attrs), self.fresh(f"{self.current}:{op}")))
+        # float attributes as ONNX holds them (float32), so both frontends give the same keys
+        attrs = {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in attrs.items()}
+        self.nodes.append(Node(op, list(inputs), outs, attrs, self.fresh(f"{self.current}:{op}")))
         return outs
 
     def one(self, op: str, inputs: Sequence[str], **attrs: Any) -> str:
@@ -363,6 +365,23 @@ def _mm(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one("MatMul", [cx.value(node.args[0]), cx.value(node.args[1])])
 
 
+@converts(aten.matmul.default)
+def _matmul(cx: Emitter, node: torch.fx.Node) -> str:
+    return cx.one("MatMul", [cx.value(node.args[0]), cx.value(node.args[1])])
+
+
+@converts(aten.linear.default)
+def _linear(cx: Emitter, node: torch.fx.Node) -> str:
+    """As PyTorch's ONNX exporter writes ``nn.Linear``: ``Add(bias, MatMul(x, W^T))``, and on a
+    matrix a ``Gemm``, which ``canonicalize_gemm`` makes ``Add(MatMul(x, W^T), bias)``."""
+    w = cx.one("Transpose", [cx.value(node.args[1])], perm=[1, 0])
+    y = cx.one("MatMul", [cx.value(node.args[0]), w])
+    bias = arg(node, 2, "bias")
+    if bias is None:
+        return y
+    return cx.one("Add", [y, cx.value(bias)] if rank_of(node) == 2 else [cx.value(bias), y])
+
+
 @converts(aten.addmm.default)
 def _addmm(cx: Emitter, node: torch.fx.Node) -> str:
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
@@ -486,6 +505,8 @@ def _reduce(cx: Emitter, node: torch.fx.Node) -> str:
     else:
         dims, keep = arg(node, 1, "dim"), bool(arg(node, 2, "keepdim", False))
     dt = out_dtype(node)
+    if op == "ReduceMean" and keep and rank == 4 and sorted(_axes(dims, rank)) == [2, 3] and dt == "float32":
+        return cx.one("GlobalAveragePool", [cx.value(x)])  # adaptive_avg_pool2d(x, 1), as ONNX writes it
     return cx.one(op, [cx.typed(x, dt), cx.const(_axes(dims, rank))], keepdims=int(keep))
 
 
@@ -656,6 +677,9 @@ def _getitem(cx: Emitter, node: torch.fx.Node) -> str:
         raise GraphError(f"output {i} of {src.target} (only its first output is compiled)")
     return names[i]
 
+
+# composite operators kept whole (not decomposed) because ONNX names them as one operator too
+PRESERVED = (aten.linear.default, aten.matmul.default, aten.hardswish.default, aten.hardsigmoid.default)
 
 # outputs of a multi-output node that a region may read (others must stay unread)
 READABLE_OUTPUTS = {

@@ -27,6 +27,7 @@ import torch
 from autotune.target import Target, cpu_target
 from records import TuningDatabase
 
+from .aten import PRESERVED
 from .partition import PartitionReport, compile_graph_module, find_regions, tune_regions
 
 log = logging.getLogger("autotune.torch")
@@ -81,7 +82,16 @@ def export_aten(module: torch.nn.Module, args: Sequence[Any]) -> torch.fx.GraphM
             type(module).__name__,
         )
     ep = torch.export.export(module, tuple(args), strict=False)
-    return ep.run_decompositions().module()
+    return ep.run_decompositions(decompositions()).module()
+
+
+def decompositions() -> Any:
+    """torch's core-ATen decompositions less those of the operators that ONNX also names as one
+    (``linear``, ``matmul``, the activations), so both frontends give the same subgraphs."""
+    table = torch.export.default_decompositions()
+    for op in PRESERVED:
+        table.pop(op, None)
+    return table
 
 
 def compile_aten(gm: torch.fx.GraphModule, opts: Options, name: str) -> tuple[Callable, PartitionReport]:
