@@ -79,14 +79,16 @@ def parallel_split(rem: list[int], order: list[int], target: int) -> list[int]:
 
 
 # --- CPU ---------------------------------------------------------------------------------------
-def register_tile(extents: list[int], lanes: int, budget: int, max_vectors: int = 2) -> list[int]:
+def register_tile(extents: list[int], lanes: int, budget: int, max_vectors: int = 2,
+                  rows: list[int] | None = None) -> list[int]:
     """Per axis its register tile: the innermost axis one or two vectors wide (whole vectors where
     it divides into them, else a divisor up to one vector), the others rows of at most ``budget``
     accumulators in all; of one and two vectors the one that fills more accumulators, two on a tie
     (fewer rows: fewer operand rows read at once, which alias in L1 when their stride is a
     multiple of 4 KiB). ``max_vectors`` 1 where the vectors are gathered (no operand is contiguous
-    along the innermost axis): then each vector loaded serves as many rows as fit."""
-    outer = list(range(len(extents) - 2, -1, -1))
+    along the innermost axis): then each vector loaded serves as many rows as fit. ``rows``: the
+    outer axes in the order they take rows (default innermost first)."""
+    outer = rows if rows is not None else list(range(len(extents) - 2, -1, -1))
     if extents[-1] % lanes:
         return _fill(extents[:-1], budget, outer) + [largest_divisor(extents[-1], lanes)]
     best: list[int] = []
@@ -96,6 +98,18 @@ def register_tile(extents: list[int], lanes: int, budget: int, max_vectors: int 
             if not best or math.prod(tile) > math.prod(best):
                 best = tile
     return best
+
+
+def tile_axes(sk) -> list[int]:  # noqa: ANN001 - a Sketch in a tiled mode
+    """The spatial axes but the innermost, in the order they join it in a 2-D tile: first those
+    that index a different set of reused operands than the innermost axis (a matmul's rows, an NCHW
+    convolution's output channels: each operand loaded once serves the whole other side of the
+    tile), innermost first, then the others."""
+    def operands(axis: str) -> frozenset:
+        return frozenset(n for n, (_, deps) in sk.pack_candidates.items() if axis in deps)
+
+    last = operands(sk.axes[-1])
+    return sorted(range(len(sk.axes) - 1), key=lambda i: (operands(sk.axes[i]) == last, -i))
 
 
 def _contiguous(stage, var, placeholders: bool = False) -> bool:  # noqa: ANN001 - a Stage, an axis Var
@@ -146,10 +160,10 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
     weights = math.prod(consts[0].shape) if consts else 0
     order = 1 if weights > math.prod(ext) else 0
     rows_budget = max(1, sk.target.accumulator_registers * 2 // 3)
-    contiguous = _vectors_contiguous(sk)
+    contiguous, rows = _vectors_contiguous(sk), tile_axes(sk)
     reduce_budget = REDUCE_STEP
     while True:
-        t3 = register_tile(ext, lanes, rows_budget, 2 if contiguous else 1)
+        t3 = register_tile(ext, lanes, rows_budget, 2 if contiguous else 1, rows)
         rem = [e // t for e, t in zip(ext, t3)]
         outer = list(range(n))[::-1] if order else list(range(n))
         t0 = parallel_split(rem, outer, PARALLEL_PER_CORE * sk.cores)
@@ -176,17 +190,18 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
 
 
 # --- GPU ------------------------------------------------------------------------------------------
-def _gpu_tiles(ext: list[int], inner: int, threads: int) -> list[list[int]]:
-    """Per spatial axis [blocks, threads, virtual threads, inner]: the two innermost axes
-    ``inner`` outputs a thread and ``threads`` threads (divisors of what is left), the threads
-    topped up from the outer axes to at least a warp; blocks take the rest."""
+def _gpu_tiles(ext: list[int], inner: int, threads: int, pair: list[int]) -> list[list[int]]:
+    """Per spatial axis [blocks, threads, virtual threads, inner]: the axes of ``pair`` (the
+    innermost and the first of ``tile_axes``) ``inner`` outputs a thread and ``threads`` threads
+    (divisors of what is left), the threads topped up from the outer axes to at least a warp;
+    blocks take the rest."""
     n = len(ext)
     t3 = [1] * n
-    for i in range(max(0, n - 2), n):
+    for i in pair:
         t3[i] = largest_divisor(ext[i], inner)
     rem = [e // t for e, t in zip(ext, t3)]
     t1 = [1] * n
-    for i in range(max(0, n - 2), n):
+    for i in pair:
         t1[i] = largest_divisor(rem[i], threads)
     for i in range(n - 1, -1, -1):
         while math.prod(t1) < 32 and rem[i] // t1[i] > 1:
@@ -206,10 +221,12 @@ def cuda_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 -
             yield {"threads": threads, "vector": vector}
         return
     ext, rext = list(sk.extents), list(sk.reduce_extents)
-    rorder = list(range(len(rext)))[::-1]
+    # the longest reduction axes first into a shared-memory stage (a convolution's channels)
+    rorder = sorted(range(len(rext)), key=lambda i: (-rext[i], -i))
+    pair = tile_axes(sk)[:1] + [len(ext) - 1]
     for inner, threads, step in ((GPU_INNER, GPU_THREADS, GPU_REDUCE_STEP), (GPU_INNER, GPU_THREADS // 2, 8),
                                  (2, GPU_THREADS // 2, 8), (1, GPU_THREADS // 2, 4), (1, 4, 1)):
-        cfg: Config = {f"tile_{a}": t for a, t in zip(sk.axes, _gpu_tiles(ext, inner, threads))}
+        cfg: Config = {f"tile_{a}": t for a, t in zip(sk.axes, _gpu_tiles(ext, inner, threads, pair))}
         k1 = _fill(rext, step, rorder)
         cfg.update({f"tile_{r}": [e // b, b] for r, e, b in zip(sk.reduce_axes, rext, k1)})
         cfg.update(pad=0, unroll_k=int(math.prod(k1) <= 32), shared_layout=0, stage_padded=0)

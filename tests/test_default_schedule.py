@@ -19,7 +19,7 @@ from autotune.schedule import AnnotateStep
 from autotune.search.measure_batch import tolerances
 from autotune.target import Target, offline_cuda_target
 from schedules import CpuSketch, make_space
-from schedules.defaults import largest_divisor, parallel_split, register_tile
+from schedules.defaults import largest_divisor, parallel_split, register_tile, tile_axes
 
 GPU = offline_cuda_target("sm_90")
 # (model, layout, Winograd tile size or 0): every form a tuned or untuned compile may take
@@ -148,3 +148,13 @@ def test_rule_helpers() -> None:
     assert register_tile([1, 7, 512], 16, 16) == [1, 7, 32]
     assert register_tile([16, 10], 16, 16) == [16, 10]  # not whole vectors: up to one vector's width
     assert register_tile([128, 16], 16, 16) == [16, 16]  # only one vector fits the axis
+    assert register_tile([1, 64, 14, 14], 16, 16, 1, [1, 2, 0]) == [1, 16, 1, 14]  # rows on axis 1 first
+
+
+@pytest.mark.parametrize(("op", "shape", "first"), [("conv2d", "1,8,9,9,16,3,3,1,1", "ff"),
+                                                    ("conv2d_nhwc", "1,9,9,8,16,3,3,1,1", "x"),
+                                                    ("matmul", "32,48,40", "i")])
+def test_tiles_pair_the_innermost_axis_with_one_that_indexes_another_operand(op: str, shape: str, first: str,
+                                                                             host_target) -> None:  # noqa: ANN001
+    sk = CpuSketch(te.make_workload(op, shape), host_target)
+    assert sk.axes[tile_axes(sk)[0]] == first
