@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -454,3 +455,122 @@ def test_sqlite_utils_cli_reads_the_file(db: TuningDatabase) -> None:
     )
     (row,) = json.loads(rows.stdout)
     assert row["config_key"] == config_key({"tile": 2}) and row["mean_s"] == 0.5
+
+
+# -- schema 2: claims, confirmed-first ranking, unreadable rows, migration, read-only ---------------
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_claims_respect_budget_owner_and_liveness(db: TuningDatabase) -> None:
+    from records.owner import process_owner
+
+    me = process_owner()
+    other = f"{me.split(':')[0]}:{os.getppid()}:?"  # a live process of this host (our parent)
+    assert db.claim(W1, T1, ["a", "b", "c"], other, budget=4) == ["a", "b", "c"]
+    # a, b held by another live owner; budget 4 leaves room for one more config
+    assert db.claim(W1, T1, ["a", "d", "e"], me, budget=4) == ["d"]
+    db.add_measurements([rec({"tile": 1})], claimed_by=me)  # measured: counts against the budget
+    assert db.claim(W1, T1, ["f"], me, budget=4) == []
+    # the other owner's process ends: its claims are taken over at once, no expiry wait
+    dead = f"{me.split(':')[0]}:{_dead_pid()}:?"
+    db.release_claims(other)
+    assert db.claim(W1, T1, ["a", "b"], dead) == ["a", "b"]
+    assert db.claim(W1, T1, ["a", "b"], me) == ["a", "b"]
+    # an expired claim of a live owner is taken over too
+    assert db.claim(W1, T1, ["x"], other, ttl_s=-1.0) == ["x"]
+    assert db.claim(W1, T1, ["x"], me) == ["x"]
+    # a measured config is never granted again
+    measured = config_key({"tile": 1})
+    assert db.claim(W1, T1, [measured], other) == []
+    assert db.release_claims(me) == 4 and db.claims() == []
+
+
+def test_best_never_returns_a_config_missing_confirmations(db: TuningDatabase) -> None:
+    from records import CONFIRM_LABEL
+
+    lucky, steady = {"tile": 1}, {"tile": 2}
+    db.add_measurements([rec(lucky, (0.5,)), rec(steady, (0.8,)), rec({"tile": 3}, (0.9,))])
+    assert db.best(W1, T1).config == lucky
+    # steady and tile 3 were confirmed, lucky's confirmations are missing (a killed run)
+    db.add_measurements([rec(c, (t,), tuner=CONFIRM_LABEL) for c, t in ((steady, 0.8), ({"tile": 3}, 0.95))])
+    assert db.best(W1, T1).config == steady
+    assert [r.config["tile"] for r in db.top(W1, T1, 3)] == [2, 3, 1]
+    assert [r.config for r in db.best_per_workload(T1)] == [steady]
+    assert db.search_top(W1, T1, 1)[0].config == lucky  # the finalists stay as the search found them
+    assert db.confirmations(W1, T1) == {config_key(steady): 1, config_key({"tile": 3}): 1}
+
+
+def test_record_spread() -> None:
+    assert rec({}, (1.0, 1.5, 2.0)).spread == pytest.approx(1.0 / 1.5)
+    assert rec({}, (1.0,)).spread == 0.0
+    assert math.isinf(rec({}, error="timeout").spread)
+
+
+def test_unreadable_rows_are_skipped_counted_and_named_once(db: TuningDatabase, caplog) -> None:
+    ids = db.add_measurements([rec({"tile": i}, (0.1 * (i + 1),)) for i in range(4)])
+    raw = sqlite3.connect(db.path)
+    raw.execute("UPDATE measurements SET config = '{not json' WHERE id = ?", [ids[0]])
+    raw.execute("UPDATE measurements SET costs = 'oops' WHERE id = ?", [ids[2]])
+    raw.execute("UPDATE workloads SET description = '[' WHERE key = ?", [W2])
+    raw.commit()
+    raw.close()
+    with caplog.at_level("WARNING", logger="records"):
+        assert db.best(W1, T1).config == {"tile": 1}  # the fastest row is the unreadable one
+        assert [r.id for r in db.measurements()] == [ids[1], ids[3]]
+        assert [w["key"] for w in db.workloads()] == [W1]
+    warnings = [r for r in caplog.records if r.name == "records"]
+    assert len(warnings) == 1
+    text = warnings[0].getMessage()
+    assert f"measurements {ids[0]}" in text and f"measurements {ids[2]}" in text and f"workloads {W2}" in text
+    assert len(db.skipped) == 3
+
+    from records.maintenance import check, repair
+
+    report = check(db)
+    assert not report.ok and {(t, k) for t, k, _ in report.unreadable} == set(db.skipped)
+    assert repair(db) == {"quarantined": 3, "stale_claims": 0}
+    after = check(db)
+    assert after.ok and after.quarantined == 3 and [r.id for r in db.measurements()] == [ids[1], ids[3]]
+    kept = sqlite3.connect(db.path).execute(
+        "SELECT row FROM quarantine WHERE source_table = 'measurements' ORDER BY source_key").fetchall()
+    assert json.loads(kept[0][0])["config"] == "{not json"  # moved verbatim
+
+
+def _schema_1_file(path: Path) -> None:
+    with TuningDatabase(path) as d:
+        d.add_workload(W1, "m", {"op": "matmul"}, 1.0)
+        d.add_target(T1, "cpu", {"isa": ["avx2"]})
+        d.add_measurements([rec({"tile": 1}, (0.2,)), rec({"tile": 2}, (0.1,))])
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TABLE claims")
+    raw.execute("DROP TABLE quarantine")
+    raw.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+
+
+def test_schema_1_file_is_read_as_is_and_migrated_on_write(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    _schema_1_file(path)
+    before = snapshot(path)
+    with TuningDatabase(path, readonly=True) as d:
+        assert d.best(W1, T1).config == {"tile": 2} and d.claims() == []
+    assert snapshot(path) == before
+    with TuningDatabase(path) as d:
+        assert d.count() == 2 and d.claim(W1, T1, ["k"], "h:1:?") == ["k"]
+    meta = dict(sqlite3.connect(path).execute("SELECT key, value FROM meta"))
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
+
+
+def test_readonly_open_cannot_write(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    _schema_1_file(path)
+    with TuningDatabase(path, readonly=True) as d:
+        with pytest.raises(RecordsError, match="read-only"):
+            d.add_measurement(rec({"tile": 9}))
+    with pytest.raises(RecordsError, match="does not exist"):
+        TuningDatabase(tmp_path / "none.db", readonly=True)
