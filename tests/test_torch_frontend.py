@@ -1,0 +1,180 @@
+"""PyTorch in (autotune.torch): torch.compile(backend="autotune"), the torch.export frontend, eager
+fallback for unsupported operators, tensors at the boundary without copies, tuning from a torch
+module that the ONNX path of the same model then uses. Skipped where torch is not installed."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import autotune.torch as at  # noqa: E402
+from autotune.graph import compile_model  # noqa: E402
+from records import TuningDatabase  # noqa: E402
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.b2 = torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        x = F.hardswish(self.b2(self.c2(x))) + F.avg_pool2d(x, 2)
+        return F.log_softmax(self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1)), -1)
+
+
+class Block(torch.nn.Module):
+    """A transformer layer: layer norm, multi-head attention, GELU feed-forward."""
+
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.o = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.f1, self.f2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(self.ln1(x)).split(d, -1))
+        a = ((q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5).softmax(-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.f2(F.gelu(self.f1(self.ln2(x))))
+
+
+class Embed(torch.nn.Module):
+    """Token ids and a padding mask: an embedding lookup, SiLU, a masked mean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.e, self.lin = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, ids, mask):
+        h = F.silu(self.lin(self.e(ids)))
+        h = torch.where((mask > 0).unsqueeze(-1), h, torch.zeros_like(h))
+        return h.sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+
+
+class WithBreak(torch.nn.Module):
+    """A graph break (a print) and an operator the compiler lacks (Bessel J0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x).relu()
+        print("graph break")
+        return torch.special.bessel_j0(self.lin(y)) + y * 2.0
+
+
+def _inputs(name: str):
+    g = torch.Generator().manual_seed(1)
+    if name == "embed":
+        mask = torch.ones(2, 7, dtype=torch.int64)
+        mask[0, 4:] = 0
+        return (torch.randint(0, 50, (2, 7), generator=g), mask)
+    shape = (2, 3, 16, 16) if name == "convnet" else (2, 8, 32)
+    return (torch.randn(*shape, generator=g),)
+
+
+def _close(got, want) -> None:
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,cls", [("convnet", ConvNet), ("block", Block), ("embed", Embed)])
+def test_torch_compile_backend_matches_eager(name, cls, caplog):
+    torch.manual_seed(0)
+    model = cls().eval()
+    args = _inputs(name)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        got = torch.compile(model, backend="autotune")(*args)
+        want = model(*args)
+    _close(got, want)
+    assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_graph_break_and_unsupported_op_fall_back_alone(caplog):
+    torch.manual_seed(0)
+    model = WithBreak().eval()
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        got = torch.compile(model, backend="autotune")(x)
+        want = model(x)
+    _close(got, want)
+    lines = [r.getMessage() for r in caplog.records if "compiled region" in r.getMessage()]
+    assert len(lines) == 2, lines  # one graph before the break, one after
+    eager = [ln for ln in lines if "eager PyTorch for" in ln]
+    assert len(eager) == 1 and eager[0].endswith("eager PyTorch for 1 op(s): aten.special_bessel_j0.default")
+
+
+def test_tensors_cross_without_copies():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    x = torch.randn(8, 16)
+    compiled = at.compile(model, (x,))
+    (region,) = compiled.regions
+    seen: list[list[int]] = []
+    real_run = region.executable.run
+
+    def spy(inputs, outputs):
+        seen.append([a.ctypes.data for a in list(inputs) + list(outputs)])
+        real_run(inputs, outputs)
+
+    region.executable.run = spy
+    out = compiled(x)
+    assert seen[-1] == [x.data_ptr(), out.data_ptr()]
+    _close(out, model(x).detach())
+    xt = torch.randn(16, 8).t()  # not contiguous: made contiguous once, still right
+    _close(compiled(xt), model(xt).detach())
+    assert seen[-1][0] != xt.data_ptr()
+
+
+def test_new_shape_compiles_for_that_shape(caplog):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()).eval()
+    fast = torch.compile(model, backend="autotune")
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        for rows in (3, 5, 7):
+            x = torch.randn(rows, 16)
+            _close(fast(x), model(x))
+    per_shape = [r.getMessage() for r in caplog.records if "compiling for shapes" in r.getMessage()]
+    assert len(per_shape) >= 2, caplog.text  # Dynamo went dynamic: one module per seen shape
+
+
+def test_backend_options_are_checked():
+    with pytest.raises(ValueError, match="unknown autotune backend option 'trials'"):
+        at.Options.parse({"trials": 3})
+    with pytest.raises(ValueError, match="tune_trials"):
+        at.Options.parse({"tune_trials": -1})
+
+
+def test_tuning_a_torch_module_serves_its_onnx_export(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
+    x = torch.randn(8, 32)
+    db_path = str(tmp_path / "t.db")
+    summary = at.tune(model, (x,), trials=6, db=db_path, strategy="random")
+    assert summary.new_trials > 0
+    buf = io.BytesIO()
+    try:
+        torch.onnx.export(model, (x,), buf, dynamo=False)
+    except Exception as err:  # noqa: BLE001 - the legacy exporter is optional in a torch build
+        pytest.skip(f"torch.onnx.export does not work here: {err}")
+    with TuningDatabase(db_path) as db:
+        module = compile_model(buf.getvalue(), db=db, verbose=False)
+    assert {mt.task.key for mt in summary.tasks} == {t.key for t in module.prepared.tasks}  # shared keys
+    tuned = {mt.task.key for mt in summary.tasks if mt.new_trials}
+    assert tuned and {c.task.key for c in module.choices if c.tuned} == tuned
+    (got,) = module.run([x.numpy()])
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
