@@ -241,7 +241,7 @@ def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target
                 tuple(b.name for b in k.params),
             )
         )
-    source = CudaRenderer().prelude() + "\n" + "\n\n".join(parts) + "\n"
+    source = CudaRenderer().with_prelude("\n\n".join(parts) + "\n")
     return CudaSource(source, tuple(plans), tuple(args + heap), len(args), "\n".join(texts))
 
 

@@ -126,8 +126,12 @@ def test_an_impossible_tile_is_a_schedule_error() -> None:
 def test_tensor_core_kernels_compile_with_nvcc(tmp_path: Path, kind: str, precision: str, arch: str) -> None:
     dims = [256, 256, 256] if kind != "batch_matmul" else [2, 256, 256, 256]
     cfg = dict(BIG, block_k=32, split_k=2 if precision == "tf32" else 1)
+    _nvcc(tmp_path, _source(kind, dims, precision, cfg).source, arch)
+
+
+def _nvcc(tmp_path: Path, source: str, arch: str) -> None:
     cu = tmp_path / "k.cu"
-    cu.write_text(_source(kind, dims, precision, cfg).source)
+    cu.write_text(source)
     r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-o", str(tmp_path / "k.cubin"), str(cu)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -183,3 +187,33 @@ def test_emulation_catches_a_pipeline_that_reads_before_waiting(kernel_builder, 
     early = lambda s: s.replace("AT_CP_WAIT(1);", "AT_CP_WAIT(2);")  # noqa: E731
     err = _check(wl, cfg, kernel_builder, kernel_runner, early)
     assert err is not None, "the emulated pipeline read stale shared memory without noticing"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_16_bit_tensors_through_the_generic_lowering(precision: str, kernel_builder, kernel_runner,
+                                                     tmp_path: Path) -> None:
+    """Without tensorize, 16-bit operands go through the ordinary GPU and CPU schedules: loaded,
+    widened to float32, staged in shared memory as 16-bit."""
+    from autotune.program import build_program
+    from autotune.target import cpu_target
+    from schedules.cuda import cuda_space
+
+    wl = gemm_workload("matmul", [48, 40, 24], precision)
+    rng = np.random.default_rng()
+    inputs = wl.random_inputs(rng)
+    ref = wl.run_reference(inputs)
+    rtol, atol = tolerances(ref, wl.precision, reduction_length(wl))
+    kernel_runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
+    gpu, cpu = cuda_space(wl, TARGET), make_space(wl, cpu_target())
+    progs = [build_cuda_emulation(wl, gpu.steps(gpu.sample(rng)), TARGET),
+             build_program(wl, cpu.steps(cpu.sample(rng)), cpu_target())]
+    for prog in progs:
+        b = kernel_builder.build(prog.kernel_name, prog.source)
+        assert b.error_kind is None, b.error_msg
+        r = kernel_runner.run(b.lib_path, prog.kernel_name, wl.key,
+                              RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
+        assert r.error_kind is None, r.error_msg
+    src = build_cuda_program(wl, gpu.steps(gpu.sample(rng)), TARGET).source
+    assert ("__half2float(" if precision == "fp16" else "__bfloat162float(") in src
+    if shutil.which("nvcc"):
+        _nvcc(tmp_path, src, "sm_80")

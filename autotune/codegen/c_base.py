@@ -35,7 +35,7 @@ from ..te.expr import (
     Select,
     Var,
 )
-from .lowp import from_float, to_float
+from .lowp import C_PRELUDE, CUDA_PRELUDE, from_float, to_float, uses_low_precision
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
 # bool is one byte, as in numpy, so boolean tensors cross the module boundary unconverted
@@ -92,11 +92,18 @@ class CStyleRenderer:
 
     # --- functions and statements --------------------------------------------------------------
     def render(self, f: PrimFunc) -> str:
-        lines = [self.prelude(), self.kernel_signature(f) + " {"]
+        lines = [self.kernel_signature(f) + " {"]
         lines += [self.indent_unit + line for line in self.unpack_args(f)]
         lines += self.stmt(f.body, 1)
         lines.append("}")
-        return "\n".join(lines) + "\n"
+        return self.with_prelude("\n".join(lines) + "\n")
+
+    def with_prelude(self, code: str) -> str:
+        """The backend's prelude, with the 16-bit float types when ``code`` uses them, then ``code``."""
+        lowp = ""
+        if uses_low_precision(code):
+            lowp = CUDA_PRELUDE if self.lowp_backend == "cuda" else C_PRELUDE
+        return self.prelude() + "\n" + lowp + code
 
     def stmt(self, s: Stmt, depth: int) -> list[str]:
         pad = self.indent_unit * depth

@@ -40,7 +40,7 @@ class CudaEmulationRenderer(CpuRenderer):
         self.in_team = False
 
     def render_program(self, name: str, kernels: list, args: list[Buffer], workspace: list[Buffer]) -> str:
-        lines = [self.prelude(), "#include <omp.h>", f"void {name}(void** args) {{"]
+        lines = ["#include <omp.h>", f"void {name}(void** args) {{"]
         lines += ["  " + line for line in self.unpack_args_list(args)]
         for b in workspace:
             alloc, _ = self.heap_alloc(b)
@@ -56,7 +56,7 @@ class CudaEmulationRenderer(CpuRenderer):
             lines.append("  }")
         lines += [f"  free({b.name});" for b in workspace]
         lines.append("}")
-        return "\n".join(lines) + "\n"
+        return self.with_prelude("\n".join(lines) + "\n")
 
     def unpack_args_list(self, args: list[Buffer]) -> list[str]:
         return [
