@@ -1,0 +1,162 @@
+"""torch.compile(backend="autotune") against torch eager and torch.compile() (Inductor), CPU.
+
+    python bench/torch/backend.py [--models resnet18,bert_layer] [--db tuning.db] [--trials N]
+                                  [--rounds 5] [--json bench/torch/backend.json]
+
+Models: ResNet-18 (torchvision's, random weights; a torch-only copy where torchvision does not
+import) at 1x3x224x224 and a BERT-base layer (hidden 768, 12 heads, FFN 3072, GELU, post-norm) at
+1x128x768. Every variant is compiled and warmed up first; then the variants are timed interleaved,
+``--rounds`` rounds of ``--calls`` calls each, and each reports its median per-call time.
+
+Overhead: the backend's per-call cost over the compiled module's own time, i.e. the median time of
+a call through ``torch.compile(backend="autotune")`` (Dynamo's guards, tensor views, output
+allocation) minus the module's entry point timed in C on the same inputs; also for the
+``autotune.torch.compile`` path without Dynamo. ``--trials N`` tunes each model's tasks first
+(records in ``--db``, resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import autotune.torch as at  # noqa: E402
+from autotune.target import cpu_target  # noqa: E402
+
+
+class BertLayer(torch.nn.Module):
+    """A BERT-base encoder layer: self-attention, add & norm, GELU feed-forward, add & norm."""
+
+    def __init__(self, d: int = 768, heads: int = 12, ffn: int = 3072) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d, eps=1e-12), torch.nn.LayerNorm(d, eps=1e-12)
+        self.f1, self.f2 = torch.nn.Linear(d, ffn), torch.nn.Linear(ffn, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+
+        def split(z: torch.Tensor) -> torch.Tensor:
+            return z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = ((q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5).softmax(-1) @ v
+        x = self.ln1(x + self.o(a.transpose(1, 2).reshape(b, t, d)))
+        return self.ln2(x + self.f2(F.gelu(self.f1(x))))
+
+
+def resnet18() -> torch.nn.Module:
+    import torchvision
+
+    return torchvision.models.resnet18(weights=None)
+
+
+MODELS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
+    "resnet18": (resnet18, (1, 3, 224, 224)),
+    "bert_layer": (BertLayer, (1, 128, 768)),
+}
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def bench_model(name: str, args: argparse.Namespace) -> dict:
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(*shape)
+    row: dict[str, Any] = {"model": name, "input": list(shape), "trials": args.trials}
+    with torch.no_grad():
+        if args.trials:
+            t0 = time.perf_counter()
+            at.tune(model, (x,), trials=args.trials, db=args.db)
+            row["tune_s"] = round(time.perf_counter() - t0, 1)
+        variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(x)}
+        compile_s = {}
+        for label, make_fn in (
+            ("inductor", lambda: torch.compile(model)),
+            ("autotune", lambda: torch.compile(model, backend="autotune",
+                                               options={"db": args.db} if args.db else None)),
+            ("autotune_export", lambda: at.compile(model, (x,), db=args.db)),
+        ):
+            torch._dynamo.reset()
+            t0 = time.perf_counter()
+            fn = make_fn()
+            fn(x)
+            compile_s[label] = round(time.perf_counter() - t0, 1)
+            variants[label] = (lambda f: lambda: f(x))(fn)
+        region = at.compile(model, (x,), db=args.db).regions  # the same module, for its own time
+        want = model(x)
+        errors = {k: float((v() - want).abs().max()) for k, v in variants.items() if k != "eager"}
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        own: list[float] = []
+        for _ in range(args.rounds):
+            for k, fn in variants.items():
+                times[k].append(per_call(fn, args.calls))
+            if len(region) == 1:
+                own.append(min(region[0].time([x.numpy()], repeat=3, min_repeat_ms=50)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    row.update(
+        median_ms={k: round(v * 1e3, 3) for k, v in med.items()},
+        speedup_vs_eager=round(med["eager"] / med["autotune"], 3),
+        speedup_vs_inductor=round(med["inductor"] / med["autotune"], 3),
+        compile_s=compile_s,
+        max_abs_error=errors,
+        regions=len(region),
+    )
+    if own:
+        m = statistics.median(own)
+        row["module_own_ms"] = round(m * 1e3, 3)
+        row["overhead_us"] = {"torch.compile": round((med["autotune"] - m) * 1e6, 1),
+                              "autotune.torch.compile": round((med["autotune_export"] - m) * 1e6, 1)}
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="resnet18,bert_layer")
+    p.add_argument("--db", default=None, help="tuning database (records used, and written by --trials)")
+    p.add_argument("--trials", type=int, default=0, help="tune each model to this many measurements first")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=10, help="calls per variant and round")
+    p.add_argument("--json", default=None, help="write the rows here")
+    args = p.parse_args(argv)
+    names = [m for m in args.models.split(",") if m]
+    bad = [m for m in names if m not in MODELS]
+    if bad or args.trials < 0 or args.rounds < 1 or args.calls < 1:
+        p.error(f"unknown model {bad[0]!r}" if bad else "--trials >= 0, --rounds and --calls >= 1")
+    if args.trials and not args.db:
+        p.error("--trials needs --db")
+    rows = []
+    for name in names:
+        row = bench_model(name, args)
+        rows.append(row)
+        ms = row["median_ms"]
+        print(f"{name}: autotune {ms['autotune']:.3f} ms, eager {ms['eager']:.3f} ms, inductor "
+              f"{ms['inductor']:.3f} ms -> {row['speedup_vs_eager']:.2f}x eager, "
+              f"{row['speedup_vs_inductor']:.2f}x inductor; overhead {row.get('overhead_us')} us "
+              f"(module's own {row.get('module_own_ms')} ms)", flush=True)
+    if args.json:
+        out = {"target": cpu_target().key, "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "rows": rows}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
