@@ -181,7 +181,7 @@ def _tensorized(workload: Workload, steps: Sequence[Step], target: Target):  # n
     """(GemmView, TensorizeStep) when the schedule tensorizes the workload's product, else None;
     raises ScheduleError for a tensorize step that cannot apply."""
     from .codegen.tensorcore import tile_problem
-    from .schedule.tensorize import gemm_view
+    from .schedule.tensorize import product_view
 
     tz = [s for s in steps if isinstance(s, TensorizeStep)]
     if not tz:
@@ -189,7 +189,7 @@ def _tensorized(workload: Workload, steps: Sequence[Step], target: Target):  # n
     if len(workload.outputs) != 1 or len(steps) != 1:
         raise ScheduleError("tensorize: the schedule must be one tensorize step of a single-output product")
     apply_steps(workload.outputs, steps)
-    view = gemm_view(workload.outputs[0], workload.precision)
+    view = product_view(workload)
     if view is None:
         raise ScheduleError("tensorize: not a matrix product in float16/bfloat16/TF32")
     fp = target.fingerprint

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from autotune.codegen.tensorcore import GemmView, TensorCoreTile, tile_problem
 from autotune.schedule import Step, TensorizeStep
-from autotune.schedule.tensorize import gemm_view
+from autotune.schedule.tensorize import product_view
 
 from .space import ChoiceKnob, Config, SearchSpace
 
@@ -24,9 +24,7 @@ MAX_ACCUMULATORS = 128
 
 def tensor_core_view(workload) -> GemmView | None:  # noqa: ANN001 - Workload
     """The workload's product as tensor cores see it, or None when it has none."""
-    if len(workload.outputs) != 1:
-        return None
-    return gemm_view(workload.outputs[0], workload.precision)
+    return product_view(workload)
 
 
 class TensorCoreSketch:

@@ -30,7 +30,8 @@ from schedules import make_space  # noqa: E402
 SKETCHES = [
     (kind, dims, precision)
     for precision in ("fp16", "bf16", "tf32")
-    for kind, dims in (("matmul", [96, 80, 112]), ("dense", [72, 96, 128]), ("batch_matmul", [2, 48, 64, 80]))
+    for kind, dims in (("matmul", [96, 80, 112]), ("dense", [72, 96, 128]), ("batch_matmul", [2, 48, 64, 80]),
+                       ("conv2d", [1, 16, 9, 9, 32, 3, 3, 1, 1]), ("conv2d", [2, 8, 12, 12, 24, 3, 3, 2, 1]))
 ]
 MAX_THREADS_EMULATED = 256  # configs with bigger blocks are sampled again (the CPU team's size)
 

@@ -121,11 +121,15 @@ def test_an_impossible_tile_is_a_schedule_error() -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize(
     ("kind", "precision", "arch"),
-    [("matmul", "fp16", "sm_80"), ("batch_matmul", "bf16", "sm_90"), ("dense", "tf32", "sm_90a")],
+    [("matmul", "fp16", "sm_80"), ("batch_matmul", "bf16", "sm_90"), ("dense", "tf32", "sm_90a"),
+     ("conv2d", "bf16", "sm_80")],
 )
 def test_tensor_core_kernels_compile_with_nvcc(tmp_path: Path, kind: str, precision: str, arch: str) -> None:
-    dims = [256, 256, 256] if kind != "batch_matmul" else [2, 256, 256, 256]
+    dims = {"batch_matmul": [2, 256, 256, 256], "conv2d": [1, 64, 56, 56, 64, 3, 3, 1, 1]}
+    dims = dims.get(kind, [256] * 3)
     cfg = dict(BIG, block_k=32, split_k=2 if precision == "tf32" else 1)
+    if kind == "conv2d":  # 64 output channels: N of the implicit GEMM
+        cfg.update(block_n=64, warp_n=32)
     _nvcc(tmp_path, _source(kind, dims, precision, cfg).source, arch)
 
 
@@ -164,6 +168,9 @@ def _check(wl, cfg: dict, kernel_builder, kernel_runner, source_edit=None) -> st
         ("matmul", [48, 40, 56], "tf32"),
         ("dense", [32, 48, 40], "tf32"),
         ("batch_matmul", [3, 16, 40, 48], "bf16"),
+        # implicit GEMM: windows of the padded input gathered into the A tile
+        ("conv2d", [1, 8, 9, 9, 16, 3, 3, 2, 1], "fp16"),
+        ("conv2d", [2, 4, 7, 7, 24, 3, 3, 1, 1], "tf32"),
     ],
 )
 def test_sampled_tensor_core_kernels_match_float64_in_emulation(

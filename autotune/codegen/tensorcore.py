@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .lowp import C_PRELUDE, CUDA_PRELUDE
+from .lowp import C_PRELUDE, CUDA_PRELUDE, from_float, to_float
 
 WARP = 32
 
@@ -54,6 +54,14 @@ class GemmView:
     a_batched: bool
     b_batched: bool
     dtype: str  # float16 | bfloat16 | float32 (TF32)
+    # gathered operands (a convolution's input as implicit GEMM): a C expression of the element's
+    # float value at (at_gm or at_gn, at_gk, at_b) reading the inputs in0, in1 (16-bit through
+    # AT_TO_FLOAT); stored in shared memory k-contiguous, loaded by plain loads
+    a_expr: str | None = None
+    b_expr: str | None = None
+    # the output element of (at_row, at_col, at_b) when C is not [batch][m][n]
+    c_offset: str | None = None
+    a_arg: int = 0  # which input A is (B is the other)
 
     @property
     def esz(self) -> int:
@@ -97,7 +105,8 @@ def tile_problem(view: GemmView, tile: TensorCoreTile, max_shared: int, max_thre
     t = tile
     epc = 16 // view.esz  # elements per 16-byte chunk
     contiguous = {"mk": view.k, "km": view.m, "kn": view.n, "nk": view.k}
-    if any(contiguous[lay] % epc for lay in (view.a_layout, view.b_layout)):
+    plain = [lay for lay, e in ((view.a_layout, view.a_expr), (view.b_layout, view.b_expr)) if e is None]
+    if any(contiguous[lay] % epc for lay in plain):
         return f"a contiguous dim is not a multiple of {epc} elements (16-byte copies)"
     if t.warp_m % 16 or t.warp_n % 16 or t.block_m % t.warp_m or t.block_n % t.warp_n:
         return "warp tiles must be multiples of 16 dividing the block tile"
@@ -167,6 +176,20 @@ class _Body:
                 rowlen_g = v.n if lay == "kn" else v.k
             other = "at_gm" if op == "A" else "at_gn"
             lim = v.m if op == "A" else v.n
+            expr = v.a_expr if op == "A" else v.b_expr
+            if expr is not None:  # gathered: one element a thread, rows of m (n), k contiguous
+                out += [
+                    f"  for (int at_i = 0; at_i < {math.ceil(rows * rlen / T)}; ++at_i) {{",
+                    f"    const int at_e = at_i * {T} + at_t;",
+                    f"    if (at_e < {rows * rlen}) {{",
+                    f"      const int at_r = at_e / {rlen}, at_cl = at_e % {rlen};",
+                    f"      const int {other} = {'at_bm' if op == 'A' else 'at_bn'} + at_r, at_gk = at_kb + at_cl;",
+                    f"      const float at_v = (at_gk < at_k1 && {other} < {lim}) ? ({expr}) : 0.0f;",
+                    f"      *(AT_STORE_T*){self.addr(f'at_s{op} + at_st * {size}', 'at_r', 'at_cl', rlen)} = AT_FROM_FLOAT(at_v);",
+                    "    }",
+                    "  }",
+                ]
+                continue
             its = math.ceil(chunks / T)
             out += [
                 f"  for (int at_i = 0; at_i < {its}; ++at_i) {{",
@@ -241,8 +264,8 @@ class _Body:
             f"const int at_k0 = at_part * {self.kps};",
             f"const int at_k1 = at_k0 + {self.kps} < {v.k} ? at_k0 + {self.kps} : {v.k};",
             f"const int at_kt = at_k1 > at_k0 ? (at_k1 - at_k0 + {t.block_k - 1}) / {t.block_k} : 0;",
-            f"const unsigned char* at_A = (const unsigned char*)A + (size_t)at_b * {a_bs};",
-            f"const unsigned char* at_B = (const unsigned char*)B + (size_t)at_b * {b_bs};",
+            *([] if v.a_expr else [f"const unsigned char* at_A = (const unsigned char*)in{v.a_arg} + (size_t)at_b * {a_bs};"]),
+            *([] if v.b_expr else [f"const unsigned char* at_B = (const unsigned char*)in{1 - v.a_arg} + (size_t)at_b * {b_bs};"]),
             f"unsigned char* at_sA = at_smem; unsigned char* at_sB = at_smem + {t.stages * self.a_tile};",
             f"float at_acc[{mi}][{ni}][4];",
             f"for (int i = 0; i < {mi}; ++i) for (int j = 0; j < {ni}; ++j) for (int c = 0; c < 4; ++c)"
@@ -269,15 +292,16 @@ class _Body:
             "}",
             "AT_CP_WAIT(0);",
         ]
-        if t.split_k == 1:
-            dst, idx = out_name, f"(size_t)at_b * {v.m * v.n}"
+        plain = f"(size_t)at_b * {v.m * v.n} + (size_t)at_row * {v.n} + at_col"
+        if t.split_k > 1:
+            dst, off = "at_ws", f"(size_t)at_z * {v.m * v.n} + (size_t)at_row * {v.n} + at_col"
         else:
-            dst, idx = "at_ws", f"(size_t)at_z * {v.m * v.n}"
+            dst, off = out_name, v.c_offset or plain
         body += [
             f"for (int i = 0; i < {mi}; ++i) for (int j = 0; j < {ni}; ++j) for (int c = 0; c < 4; ++c) {{",
             f"  const int at_row = at_bm + at_wm * {t.warp_m} + i * 16 + at_g + (c >> 1) * 8;",
             f"  const int at_col = at_bn + at_wn * {t.warp_n} + j * 8 + at_q * 2 + (c & 1);",
-            f"  if (at_row < {v.m} && at_col < {v.n}) {dst}[{idx} + (size_t)at_row * {v.n} + at_col] = at_acc[i][j][c];",
+            f"  if (at_row < {v.m} && at_col < {v.n}) {dst}[{off}] = at_acc[i][j][c];",
             "}",
         ]
         return body
@@ -317,6 +341,21 @@ _CUDA_MMA = {
 }
 
 
+def _store_sum(view: GemmView) -> str:
+    """The split-K sum ``at_s`` of element ``at_e`` of batch ``at_b`` stored to the output."""
+    off = view.c_offset or f"(size_t)at_b * {view.m * view.n} + at_e"
+    return f"{{ const int at_row = at_e / {view.n}, at_col = at_e % {view.n}; (void)at_row; (void)at_col; C[{off}] = at_s; }}"
+
+
+def _conversions(view: GemmView, backend: str) -> str:
+    """AT_STORE_T / AT_FROM_FLOAT / AT_TO_FLOAT: the operands' storage type and its conversions."""
+    if view.dtype == "float32":
+        return "#define AT_STORE_T float\n#define AT_FROM_FLOAT(x) (x)\n#define AT_TO_FLOAT(x) (x)\n"
+    return (f"#define AT_STORE_T {_CTYPE[view.dtype]}\n"
+            f"#define AT_FROM_FLOAT(x) {from_float(backend, view.dtype, 'x')}\n"
+            f"#define AT_TO_FLOAT(x) {to_float(backend, view.dtype, 'x')}\n")
+
+
 def splitk_name(name: str) -> str:
     return f"{name}_splitk"
 
@@ -326,8 +365,9 @@ def render_cuda(view: GemmView, tile: TensorCoreTile, name: str) -> str:
     ``name_splitk(workspace, C)`` summing the parts."""
     body = _Body(view, tile)
     t = _CTYPE[view.dtype]
-    head = CUDA_PRELUDE + _CUDA_PRIMS + _CUDA_MMA[view.kstep].format(t=_PTX_TYPE.get(view.dtype, ""))
-    params = f"const {t}* __restrict__ A, const {t}* __restrict__ B, float* __restrict__ C"
+    head = (CUDA_PRELUDE + _CUDA_PRIMS + _CUDA_MMA[view.kstep].format(t=_PTX_TYPE.get(view.dtype, ""))
+            + _conversions(view, "cuda"))
+    params = f"const {t}* __restrict__ in0, const {t}* __restrict__ in1, float* __restrict__ C"
     if tile.split_k > 1:
         params += ", float* __restrict__ at_ws"
     lines = [
@@ -348,7 +388,7 @@ def render_cuda(view: GemmView, tile: TensorCoreTile, name: str) -> str:
             "  float at_s = 0.0f;",
             f"  for (int p = 0; p < {tile.split_k}; ++p) at_s += at_ws[((size_t)at_b * {tile.split_k} + p) * "
             f"{view.m * view.n} + at_e];",
-            "  C[at_i] = at_s;",
+            f"  {_store_sum(view)}",
             "}",
         ]
     return "\n".join(lines) + "\n"
@@ -440,9 +480,9 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
     t = _CTYPE[view.dtype]
     smem = shared_bytes(view, tile)
     lines = [
-        C_PRELUDE + _emulation_prims(view, tile, queue),
+        C_PRELUDE + _emulation_prims(view, tile, queue) + _conversions(view, "c"),
         f"void {name}(void** args) {{",
-        f"  const {t}* A = (const {t}*)args[0]; const {t}* B = (const {t}*)args[1]; float* C = (float*)args[2];",
+        f"  const {t}* in0 = (const {t}*)args[0]; const {t}* in1 = (const {t}*)args[1]; float* C = (float*)args[2];",
         f"  unsigned char* at_smem = (unsigned char*)aligned_alloc(128, {smem + (-smem) % 128});",
         f"  const unsigned char** at_xp = (const unsigned char**)malloc(sizeof(void*) * 2 * {T});",
         f"  uint32_t (*at_xm)[8] = (uint32_t (*)[8])malloc(sizeof(uint32_t) * 16 * {T});",
@@ -466,7 +506,7 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
             f"  for (int at_b = 0; at_b < {view.batch}; ++at_b) for (int at_e = 0; at_e < {mn}; ++at_e) {{",
             "    float at_s = 0.0f;",
             f"    for (int p = 0; p < {tile.split_k}; ++p) at_s += at_ws[((size_t)at_b * {tile.split_k} + p) * {mn} + at_e];",
-            f"    C[(size_t)at_b * {mn} + at_e] = at_s;",
+            f"    {_store_sum(view)}",
             "  }",
             "  free(at_ws);",
         ]

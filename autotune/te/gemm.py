@@ -24,6 +24,8 @@ GEMM_KINDS = {
     "matmul": ("m", "n", "k"),  # C[m,n] = A[m,k] @ B[k,n]
     "dense": ("m", "n", "k"),  # Y[m,n] = X[m,k] @ W[n,k]^T
     "batch_matmul": ("b", "m", "n", "k"),  # C[b,m,n] = A[b,m,k] @ B[b,k,n]
+    # NCHW input, OIHW weight: a product over (c, kh, kw) of gathered windows (implicit GEMM)
+    "conv2d": ("n", "c", "h", "w", "f", "kh", "kw", "stride", "pad"),
 }
 
 
@@ -42,6 +44,8 @@ def gemm_workload(kind: str, dims: Sequence[int], precision: str = "fp32") -> Wo
         raise WorkloadError(f"{kind} takes {len(names)} positive dims ({','.join(names)}), got {list(dims)}")
     d = dict(zip(names, (int(x) for x in dims)))
     dt = STORAGE_DTYPE[precision]
+    if kind == "conv2d":
+        return _conv2d(d, precision)
     r = reduce_axis(d["k"], "k")
     m, n, k = d["m"], d["n"], d["k"]
     if kind == "batch_matmul":
@@ -62,6 +66,34 @@ def gemm_workload(kind: str, dims: Sequence[int], precision: str = "fp32") -> Wo
         fn = lambda x, y: [x @ y]  # noqa: E731
     wl = Workload("gemm", [a, b], [out], fn, precision="tf32" if precision == "tf32" else "fp32")
     wl.params = {"kind": kind, "dims": [int(x) for x in dims], "precision": precision}
+    return wl
+
+
+def _conv2d(d: dict, precision: str) -> Workload:
+    from .ops.conv import conv2d_nchw
+
+    dt = STORAGE_DTYPE[precision]
+    x = placeholder((d["n"], d["c"], d["h"], d["w"]), dt, "data")
+    w = placeholder((d["f"], d["c"], d["kh"], d["kw"]), dt, "weight")
+    xf, wf = x, w
+    if dt != "float32":  # computed on as float32
+        xf = compute(x.shape, lambda a, b, c, e: _f32(x[a, b, c, e]), name="data_f32")
+        wf = compute(w.shape, lambda a, b, c, e: _f32(w[a, b, c, e]), name="weight_f32")
+    out = conv2d_nchw(xf, wf, d["stride"], d["pad"])
+    s, p = d["stride"], d["pad"]
+
+    def ref(data: np.ndarray, weight: np.ndarray) -> list[np.ndarray]:
+        xp = np.pad(data, ((0, 0), (0, 0), (p, p), (p, p)))
+        oh, ow = out.shape[2], out.shape[3]
+        res = np.zeros(out.shape)
+        for ky in range(weight.shape[2]):
+            for kx in range(weight.shape[3]):
+                win = xp[:, :, ky: ky + s * (oh - 1) + 1: s, kx: kx + s * (ow - 1) + 1: s]
+                res += np.einsum("nchw,fc->nfhw", win, weight[:, :, ky, kx])
+        return [res]
+
+    wl = Workload("gemm", [x, w], [out], ref, precision="tf32" if precision == "tf32" else "fp32")
+    wl.params = {"kind": "conv2d", "dims": [d[k] for k in GEMM_KINDS["conv2d"]], "precision": precision}
     return wl
 
 
