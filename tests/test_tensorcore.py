@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from autotune.codegen.lowp import C_PRELUDE
+from autotune.codegen.tensorcore import swizzle_text
 from autotune.measure import RunOptions
 from autotune.program import build_cuda_emulation, build_cuda_program
 from autotune.schedule import ScheduleError, TensorizeStep, step_from_dict
@@ -55,6 +56,19 @@ void tf32(const float* x, float* y, int n) { for (int i = 0; i < n; ++i) y[i] = 
     want = np.where(finite, ((u + 0x1000) & 0xFFFFE000), u).astype(np.uint32)  # to nearest, ties away
     assert np.array_equal(t.view(np.uint32), want)
     assert np.all(np.abs(t[finite] - x[finite]) <= np.abs(x[finite]) * 2.0**-11)
+
+
+@pytest.mark.parametrize("row_bytes", [32, 64, 128, 256])
+def test_swizzle_puts_each_ldmatrix_phase_in_eight_bank_groups(row_bytes: int) -> None:
+    cpr = row_bytes // 16
+    text = swizzle_text("c", "r", cpr)
+    for first in range(0, 32, 8):  # the 8 row addresses of one matrix (one shared-memory phase)
+        for c in range(cpr):
+            rows = range(first, first + 8)
+            groups = {(r * row_bytes // 16 + eval(text, {"c": c, "r": r})) % 8 for r in rows}
+            assert len(groups) == 8, (row_bytes, first, c)
+        # a row's chunks stay a permutation of the row
+        assert sorted(eval(text, {"c": c, "r": first}) for c in range(cpr)) == list(range(cpr))
 
 
 def test_precision_is_part_of_the_key_and_descriptions_round_trip() -> None:

@@ -24,8 +24,8 @@ address of row r of matrix i; lane 4r+w receives 32-bit word w of row r (``.tran
 transposed matrix).
 
 Shared tiles are stored like their operand in global memory (rows of the operand's contiguous
-dim), in 16-byte chunks; ``swizzle`` XORs the chunk index with the row (mod 8) against bank
-conflicts. Split-K writes per-part partial products to a workspace summed by a second kernel.
+dim), in 16-byte chunks; ``swizzle`` XORs the chunk index with the row's place in its span of
+banks (``swizzle_text``) against bank conflicts. Split-K writes per-part partial products to a workspace summed by a second kernel.
 TF32 fragments are read from shared memory one element per register and rounded with
 ``cvt.rna.tf32.f32`` (ldmatrix moves 16-bit elements).
 """
@@ -126,6 +126,18 @@ def tile_problem(view: GemmView, tile: TensorCoreTile, max_shared: int, max_thre
     return None
 
 
+def swizzle_text(chunk: str, row: str, chunks_per_row: int) -> str:
+    """The 16-byte chunk where (row, chunk) of a tile is stored: the chunk index XORed with the
+    row's position among the rows that share a 128-byte span of banks (rows of fewer than 8
+    chunks pack 8 / chunks_per_row to a span), so the 8 rows one ldmatrix phase reads fall in 8
+    distinct 16-byte bank groups. (C text, also a Python expression.)"""
+    cpr = chunks_per_row
+    if cpr < 2 or cpr & (cpr - 1):
+        return f"({chunk})"
+    shift = max(0, (8 // cpr).bit_length() - 1)
+    return f"(({chunk}) ^ ((({row}) >> {shift}) & {min(cpr, 8) - 1}))"
+
+
 # ---------------------------------------------------------------------------------------------
 # the kernel body, shared by both renderings
 
@@ -143,11 +155,8 @@ class _Body:
         self.kps = math.ceil(math.ceil(view.k / tile.split_k) / bk) * bk  # k per split part
 
     def swz(self, chunk: str, row: str, row_len: int) -> str:
-        cpr = row_len * self.v.esz // 16
-        mask = min(cpr, 8) - 1
-        if not self.t.swizzle or mask == 0:
-            return f"({chunk})"
-        return f"(({chunk}) ^ (({row}) & {mask}))"
+        """C text of the stored 16-byte chunk of (row, chunk): see ``swizzle_text``."""
+        return swizzle_text(chunk, row, row_len * self.v.esz // 16) if self.t.swizzle else f"({chunk})"
 
     def addr(self, base: str, row: str, col: str, row_len: int) -> str:
         """Byte address of element (row, col) of a stored tile."""
