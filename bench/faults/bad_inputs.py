@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = {
@@ -38,6 +39,7 @@ SCRIPTS = {
 }
 CASE_TIMEOUT_S = 120.0
 SIGINT_CASE = "tune: Ctrl-C during tuning, then rerun"
+COMPILE_SIGINT_CASE = "compile: Ctrl-C during the build"
 # a workload that tunes in a second or two (the tuned fixture DB and the Ctrl-C case)
 SMALL_OP = ("matmul", "16,16,16")
 
@@ -154,7 +156,8 @@ def make_dbs(where: Path, tuned: bool = True) -> None:
     if tuned:
         subprocess.run(tune_command(where / "tuned.db", 2), check=True, capture_output=True, timeout=300)
         shutil.copyfile(where / "tuned.db", where / "other_machine.db")
-        _sql(where / "other_machine.db", "pragma foreign_keys=off", "update targets set key = 'elsewhere'",
+        _sql(where / "other_machine.db", "pragma foreign_keys=off",  # other hardware, not only other versions
+             "update targets set key = 'elsewhere', fingerprint = '{\"cpu\": \"another machine\"}'",
              "update measurements set target_key = 'elsewhere'")
 
 
@@ -366,12 +369,14 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
             + [f"changed {p}" for p in before if p in after and before[p] != after[p]])
 
 
-def check_result(rc: int, stdout: str, stderr: str, written: list[str], needle: str) -> list[str]:
+def check_result(
+    rc: int, stdout: str, stderr: str, written: list[str], needle: str, status: int = 2
+) -> list[str]:
     """Why a run breaks the contract (empty: it holds)."""
     problems = []
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    if rc != 2:
-        problems.append(f"exit status {rc}, not 2")
+    if rc != status:
+        problems.append(f"exit status {rc}, not {status}")
     if len(lines) != 1:
         problems.append(f"{len(lines)} stderr lines, not 1")
     elif needle.lower() not in lines[0].lower():
@@ -420,23 +425,48 @@ def measurement_count(db: Path) -> int:
         con.close()
 
 
-def interrupt_tune(db: Path, trials: int, timeout: float = 120.0) -> tuple[subprocess.CompletedProcess, int]:
-    """Start a tune, send SIGINT to its process group (as Ctrl-C in a terminal does) once it has
-    stored a measurement; returns the run and how many measurements the DB held just before."""
-    cmd = tune_command(db, trials)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def interrupt(cmd: list[str], ready: Callable[[], bool], cwd: Path | None = None, env: dict | None = None,
+              timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Start ``cmd`` and, once ``ready()``, send SIGINT to its process group (as Ctrl-C in a
+    terminal does); the finished run."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
-    seen = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        seen = measurement_count(db)
-        if seen >= 1:
-            break
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
         time.sleep(0.05)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seen
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def interrupt_tune(db: Path, trials: int) -> tuple[subprocess.CompletedProcess, int]:
+    """A tune interrupted once it has stored a measurement; the run and how many measurements the DB
+    held just before."""
+    seen = [0]
+
+    def ready() -> bool:
+        seen[0] = measurement_count(db)
+        return seen[0] >= 1
+
+    return interrupt(tune_command(db, trials), ready), seen[0]
+
+
+def compile_sigint_case(scratch: Path) -> dict:
+    """Ctrl-C while compile builds a model's kernels (a fresh build cache, so there is work to
+    interrupt): one line saying nothing was written, exit 130, no -o file and nothing else new."""
+    where, home = scratch / "compile_sigint", scratch / "compile_sigint_home"
+    where.mkdir()
+    home.mkdir()
+    make_dbs(where, tuned=False)
+    before = snapshot(where)
+    cmd = [sys.executable, str(SCRIPTS["compile"]), "--model", "zoo:resnet18", "--db", "schema_only.db",
+           "-o", "model.so"]
+    r = interrupt(cmd, lambda: any(home.rglob("*.o")), cwd=where, env=dict(os.environ, HOME=str(home)))
+    written = changes(before, snapshot(where))
+    problems = check_result(r.returncode, r.stdout, r.stderr, written, "nothing written", status=130)
+    return {"name": COMPILE_SIGINT_CASE, "tool": "compile", "ok": not problems, "problems": problems,
+            "exit": r.returncode, "stderr": r.stderr.strip()[-600:]}
 
 
 def sigint_case(scratch: Path) -> dict:
@@ -487,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
             results = list(pool.map(lambda c: run_case(c, fixtures, scratch), cases))
         if args.only in SIGINT_CASE:
             results.append(sigint_case(scratch))
+        if args.only in COMPILE_SIGINT_CASE:
+            results.append(compile_sigint_case(scratch))
     failed = [r for r in results if not r["ok"]]
     summary = {
         "cases": len(results),
