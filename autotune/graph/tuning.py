@@ -9,13 +9,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from records import TuningDatabase
+from records import TuningDatabase, config_key
+from records.owner import process_owner
 from schedules import make_space
 
 from ..search import TuneOptions, make_tuner
+from ..search.confirm import confirm_finalists, missing_confirmations
 from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
-from ..search.tune import TuneSummary, _record, confirm_finalists, register, summarize
+from ..search.tune import TuneSummary, _record, register, summarize
 from ..target import Target
 from .compiler import Prepared
 from .scheduler import GradientScheduler
@@ -117,16 +119,27 @@ class _TaskSession:
         self.strategy = options.strategy if self.space.knobs else "random"
         self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)
         self.measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
+        self.owner = process_owner()
 
     def run(self, n: int) -> int:
-        """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted)."""
-        configs = self.tuner.next_batch(n)
-        if not configs:
+        """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted).
+        Configs another tuner of the same DB measured or holds a claim on are skipped."""
+        for _ in range(8):  # proposals all taken by other tuners: ask again, a few times
+            proposed = self.tuner.next_batch(n)
+            if not proposed:
+                return 0
+            keys = [config_key(c) for c in proposed]
+            granted = set(self.db.claim(self.wl.key, self.target.key, keys, self.owner))
+            configs = [c for c, k in zip(proposed, keys) if k in granted]
+            if configs:
+                break
+        else:
             return 0
         trials: list[Trial] = []
         for trial in self.measurer.measure(configs, [self.space.steps(c) for c in configs]):
-            self.db.add_measurement(
-                _record(self.wl, self.target, trial, self.options.strategy, self.space.version)
+            self.db.add_measurements(
+                [_record(self.wl, self.target, trial, self.options.strategy, self.space.version)],
+                claimed_by=self.owner,
             )
             trials.append(trial)
         self.tuner.update([t.config for t in trials], [t.mean_s for t in trials])
@@ -201,12 +214,17 @@ def tune_model(
             f"{_ms(st.best_s)} ({gflops:.1f} GFLOP/s); model estimate {_ms(sched.estimated_latency())}"
         )
     confirmed = 0
-    for i, session in sessions.items():  # the tasks measured by this run: their finalists again
-        if tasks[i].new_trials:
-            try:
-                confirmed += session.confirm()
-            except Exception as err:  # noqa: BLE001 - as in the rounds: the task keeps its records
-                log(f"{tasks[i].task.label}: confirming its finalists failed ({type(err).__name__}: {err})")
+    for i, mt in enumerate(tasks):  # finalists missing confirmations (this run's or a killed run's)
+        if not missing_confirmations(db, mt.task.workload, target, options.confirm, options.confirm_rounds):
+            continue
+        try:
+            if i not in sessions:
+                sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
+            confirmed += sessions[i].confirm()
+        except Exception as err:  # noqa: BLE001 - as in the rounds: the task keeps its records
+            log(f"{mt.task.label}: confirming its finalists failed ({type(err).__name__}: {err})")
+    for session in sessions.values():
+        db.release_claims(session.owner)
     if confirmed:
         log(f"confirmed the finalists: {confirmed} re-measurements")
     elapsed = time.perf_counter() - start
