@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from autotune.graph.ir import GraphError, Node, TensorType
+from autotune.graph.ir import GraphError, Node, TensorType, contiguous
 from autotune.graph.ops import KERNEL_DTYPES
 
 aten = torch.ops.aten
@@ -67,7 +67,7 @@ class Emitter:
         return f"{base}__{self._count}"
 
     def const(self, value: Any, dtype: str = "int64") -> str:
-        arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        arr = contiguous(np.asarray(value, dtype=dtype))  # (a 0-d value stays 0-d)
         name = self.fresh(f"{self.current}_c")
         self.consts[name] = arr
         return name
@@ -259,6 +259,12 @@ def _binary(cx: Emitter, node: torch.fx.Node) -> str:
 
 for _t in _BINARY:
     CONVERTERS[_t] = _binary
+
+
+@converts(aten.fmod.Scalar, aten.fmod.Tensor)
+def _fmod(cx: Emitter, node: torch.fx.Node) -> str:
+    dt = out_dtype(node)
+    return cx.one("Mod", [cx.typed(node.args[0], dt), cx.typed(node.args[1], dt)], fmod=1)
 
 
 @converts(aten.div.Tensor_mode)
@@ -618,6 +624,24 @@ def _split(cx: Emitter, node: torch.fx.Node) -> list[str]:
         outs.append(cx.one("Slice", [cx.value(x), cx.const([start]), cx.const([start + s]), cx.const([dim])]))
         start += s
     return outs
+
+
+@converts(aten.as_strided.default)
+def _as_strided(cx: Emitter, node: torch.fx.Node) -> str:
+    """A strided view of a contiguous tensor: a Gather of its elements at constant positions."""
+    x = node.args[0]
+    val = tensor_vals(x)[0]
+    if not val.is_contiguous() or val.storage_offset() != 0:
+        raise GraphError("as_strided of a tensor that is not contiguous from its start")
+    size, stride = [int(d) for d in node.args[1]], [int(d) for d in node.args[2]]
+    offset = int(arg(node, 3, "storage_offset", 0) or 0)
+    index = np.full(size, offset, dtype=np.int64)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        index += (np.arange(n, dtype=np.int64) * st).reshape([n if j == k else 1 for j in range(len(size))])
+    if index.size and (index.min() < 0 or index.max() >= val.numel()):
+        raise GraphError("as_strided reaches outside its input")
+    flat = cx.one("Reshape", [cx.value(x), cx.const([-1])])
+    return cx.one("Gather", [flat, cx.const(index)], axis=0)
 
 
 @converts(aten.embedding.default)

@@ -23,10 +23,11 @@ from torch.utils import _pytree as pytree
 
 from autotune.graph.compiler import CompiledModule, compile_model, prepare
 from autotune.graph.ir import GraphError
+from autotune.graph.ops import FOLD_LIMIT_BYTES
 from autotune.target import Target
 
 from .aten import supported
-from .importer import Region, RegionError, region_graph
+from .importer import Region, RegionError, attr_value, region_graph
 
 log = logging.getLogger("autotune.torch")
 
@@ -99,8 +100,51 @@ class PartitionReport:
         return head + f"; eager PyTorch for {sum(self.fallback_ops.values())} op(s): {ops}"
 
 
+def fold_constants(gm: torch.fx.GraphModule) -> int:
+    """Compute, once and in PyTorch, every node that depends on constants (``get_attr``) alone (attention
+    masks, relative-position tables, shape arithmetic): such a node becomes a constant, however the
+    compiler would take its operator. Random and impure nodes and results over the folding limit stay.
+    Returns the number of nodes folded."""
+    values: dict[torch.fx.Node, Any] = {}
+    folded = 0
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr":
+            values[node] = attr_value(gm, str(node.target))
+            continue
+        if node.op != "call_function" or node.is_impure():
+            continue
+        if any(a not in values for a in node.all_input_nodes):
+            continue
+        tags = getattr(node.target, "tags", ())
+        if torch.Tag.nondeterministic_seeded in tags:
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
+        value = node.target(*args, **kwargs)
+        values[node] = value
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.numel() * value.element_size() > FOLD_LIMIT_BYTES or not any(
+            u.op != "call_function" or u not in values for u in node.users
+        ):
+            continue
+        attr = f"_autotune_folded_{folded}"
+        gm.register_buffer(attr, value.detach().contiguous(), persistent=False)
+        with gm.graph.inserting_before(node):
+            const = gm.graph.get_attr(attr)
+        const.meta = dict(node.meta)
+        node.replace_all_uses_with(const)
+        values[const] = value
+        folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return folded
+
+
 def find_regions(gm: torch.fx.GraphModule, name: str, max_rounds: int = 50) -> tuple[list[Region], dict]:
-    """The compilable regions of ``gm`` and, by FX node name, why each other node is left out."""
+    """The compilable regions of ``gm`` (constant subgraphs folded first) and, by FX node name, why
+    each other node is left out."""
+    fold_constants(gm)
     refused: dict[str, str] = {}
     for _ in range(max_rounds):
         parts = CapabilityBasedPartitioner(gm, _Support(refused), allows_single_node_partition=True)
