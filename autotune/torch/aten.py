@@ -529,7 +529,7 @@ def _any_all(cx: Emitter, node: torch.fx.Node) -> str:
         [x, cx.const(_axes(node.args[1], rank_of(node.args[0])))],
         keepdims=int(bool(arg(node, 2, "keepdim", False))),
     )
-    return cx.one("Cast", [r], to=_ONNX_TYPES["bool"])
+    return cx.one("Greater", [r, cx.const(0.0, "float32")])
 
 
 @converts(aten.cumsum.default)

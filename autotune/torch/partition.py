@@ -194,7 +194,7 @@ def compile_graph_module(
     for region in regions:
         try:
             module = compile_model(region.graph, target, db, verbose=False, **compile_kwargs)
-        except (GraphError, RuntimeError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - a region that does not compile runs eagerly instead
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             for n in region.graph.nodes:
                 refused.setdefault(n.name.split(":")[0], f"region failed to compile: {first}")
@@ -216,6 +216,9 @@ def compile_graph_module(
     (log.warning if report.fallback_ops else log.info)("%s", report.line(name))
     for k, (region, module) in enumerate(compiled):
         _replace(gm, region, CompiledRegion(module), f"autotune_region_{k}")
+    for n in gm.graph.nodes:  # eager views may now see tensors laid out as the regions write them
+        if n.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            n.target = torch.ops.aten.reshape.default
     legalize_graph(gm)
     gm.graph.eliminate_dead_code()
     gm.graph.lint()

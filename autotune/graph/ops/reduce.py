@@ -82,7 +82,8 @@ def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.
     n = math.prod(x.shape[d] for d in axes)
     if op in ("ReduceMax", "ReduceMin"):
         r, at = reduced(
-            x, axes, T.max_reduce if op == "ReduceMax" else T.min_reduce, lambda i: x[tuple(i)], name
+            x, axes, T.max_reduce if op == "ReduceMax" else T.min_reduce, lambda i: x[tuple(i)],
+            name + ("_max" if op == "ReduceMax" else "_min"),
         )
         return r, lambda i: r[at(i)]
     if op == "ReduceLogSumExp":
