@@ -649,6 +649,26 @@ def _embedding(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one("Gather", [cx.value(node.args[0]), cx.value(node.args[1])], axis=0)
 
 
+@converts(aten.index.Tensor)
+def _index(cx: Emitter, node: torch.fx.Node) -> str:
+    """``x[:, ..., idx]`` with one integer index tensor: a Gather along that axis."""
+    given = [k for k, i in enumerate(node.args[1]) if i is not None]
+    idx = [node.args[1][k] for k in given]
+    if any(tensor_vals(i)[0].dtype not in (torch.int64, torch.int32) for i in idx):
+        raise GraphError("indexing with a boolean mask")
+    if len(given) == 1:
+        return cx.one("Gather", [cx.value(node.args[0]), cx.value(idx[0])], axis=given[0])
+    if given != list(range(len(given))):
+        raise GraphError("several index tensors that do not start at the first axis")
+    # x[i, j, ...] with broadcast index tensors: GatherND of their stacked, broadcast values
+    shape = list(torch.broadcast_shapes(*[tensor_vals(i)[0].shape for i in idx]))
+    cols = [
+        cx.one("Reshape", [cx.one("Expand", [cx.typed(i, "int64"), cx.const(shape)]), cx.const(shape + [1])])
+        for i in idx
+    ]
+    return cx.one("GatherND", [cx.value(node.args[0]), cx.one("Concat", cols, axis=len(shape))])
+
+
 @converts(aten.index_select.default)
 def _index_select(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one("Gather", [cx.value(node.args[0]), cx.value(node.args[2])], axis=int(node.args[1]))

@@ -58,12 +58,19 @@ class CompiledRegion(torch.nn.Module):
         self.module = module
         g = module.graph
         self._outs = [(g.types[o].shape, _TORCH[g.types[o].dtype]) for o in g.outputs]
+        self._ins = [(torch.Size(g.types[i].shape), _TORCH[g.types[i].dtype]) for i in g.inputs]
         self._lock = threading.Lock()  # one arena per module: calls from several threads take turns
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.run(inputs)
 
     def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        if len(inputs) != len(self._ins) or any(
+            t.shape != s or t.dtype != d for t, (s, d) in zip(inputs, self._ins)
+        ):
+            got = ", ".join(f"{t.dtype}{list(t.shape)}" for t in inputs)
+            want = ", ".join(f"{d}{list(s)}" for s, d in self._ins)
+            raise ValueError(f"compiled for inputs {want}, called with {got} (compile again for new shapes)")
         arrays = [_view(t) for t in inputs]
         outs = tuple(torch.empty(s, dtype=d) for s, d in self._outs)
         with self._lock:
@@ -169,9 +176,11 @@ def find_regions(gm: torch.fx.GraphModule, name: str, max_rounds: int = 50) -> t
 
 
 def _drop_guards(gm: torch.fx.GraphModule) -> None:
-    """``ExportedProgram.module()`` checks its inputs in a ``_guards_fn`` call: shapes are checked here."""
+    """``ExportedProgram.module()`` checks its inputs in a ``_guards_fn`` call and dtypes in asserts:
+    a compiled region is specialized to its inputs' shapes and types and checks them itself."""
     for n in list(gm.graph.nodes):
-        if n.op == "call_module" and str(n.target).startswith("_guards") and not n.users:
+        guard = n.op == "call_module" and str(n.target).startswith("_guards")
+        if (guard or n.target is torch.ops.aten._assert_tensor_metadata.default) and not n.users:
             gm.graph.erase_node(n)
 
 
