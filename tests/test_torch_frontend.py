@@ -77,13 +77,29 @@ class WithBreak(torch.nn.Module):
         return torch.special.bessel_j0(self.lin(y)) + y * 2.0
 
 
+class Gathers(torch.nn.Module):
+    """A constant mask built by writes into a new tensor, a table indexed by a constant buffer (both
+    folded at import), select and as_strided on an input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(9, 4))
+        self.register_buffer("pos", torch.arange(9).reshape(3, 3))
+
+    def forward(self, x):
+        mask = torch.zeros(3, 3)
+        mask[:, 2:] = -1.0
+        y = (x + self.table[self.pos].sum(1)).transpose(1, 2) @ mask
+        return y + x[:, 0].unsqueeze(-1) + x.as_strided((2, 4, 1), (12, 1, 1))
+
+
 def _inputs(name: str):
     g = torch.Generator().manual_seed(1)
     if name == "embed":
         mask = torch.ones(2, 7, dtype=torch.int64)
         mask[0, 4:] = 0
         return (torch.randint(0, 50, (2, 7), generator=g), mask)
-    shape = (2, 3, 16, 16) if name == "convnet" else (2, 8, 32)
+    shape = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4)}.get(name, (2, 8, 32))
     return (torch.randn(*shape, generator=g),)
 
 
@@ -91,7 +107,9 @@ def _close(got, want) -> None:
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name,cls", [("convnet", ConvNet), ("block", Block), ("embed", Embed)])
+@pytest.mark.parametrize(
+    "name,cls", [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers)]
+)
 def test_torch_compile_backend_matches_eager(name, cls, caplog):
     torch.manual_seed(0)
     model = cls().eval()
@@ -99,6 +117,26 @@ def test_torch_compile_backend_matches_eager(name, cls, caplog):
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
         got = torch.compile(model, backend="autotune")(*args)
         want = model(*args)
+    _close(got, want)
+    assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_hugging_face_bert_with_a_padding_mask(caplog):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, vocab_size=60)
+    bert = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 60, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.int64)
+    mask[1, 5:] = 0
+
+    def encode(i, m):
+        return bert(input_ids=i, attention_mask=m).last_hidden_state
+
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        got = torch.compile(encode, backend="autotune")(ids, mask)
+        want = encode(ids, mask)
     _close(got, want)
     assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
 
