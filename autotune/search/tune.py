@@ -127,7 +127,7 @@ def tune_workload(
         # Other tuners may share the DB: what is measured and claimed is read again every batch,
         # and a config is measured only once this process holds its claim (see TuningDatabase.claim).
         while True:
-            if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
+            if _out_of_time(options, start):
                 break
             measured = db.measured_config_keys(wl.key, target.key, search_only=True)
             _absorb(db, tuner, wl, target, measured - known)
@@ -164,6 +164,10 @@ def tune_workload(
             known |= {config_key(t.config) for t in trials}
         if bar is not None:
             bar.close()
+        # other tuners still measuring this pair would load the machine and may still find new
+        # finalists: confirmation waits for them
+        while _claimed_by_others(db, wl, target, owner, set()) and not _out_of_time(options, start):
+            time.sleep(CLAIM_WAIT_S)
         # finalists missing confirmations (this run's, or a killed run's) are confirmed now
         if not getattr(measurer, "repeatable", False) and missing_confirmations(
                 db, wl, target, options.confirm, options.confirm_rounds):
@@ -179,6 +183,10 @@ def tune_workload(
         summary.seconds = dict(measurer.seconds)
         summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
     return summary
+
+
+def _out_of_time(options: TuneOptions, start: float) -> bool:
+    return options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s
 
 
 def _claimed_by_others(db: TuningDatabase, wl: Workload, target: Target, owner: str,

@@ -123,19 +123,23 @@ def run_kills(where: Path, kills: int, op: str, shape: str, rng: random.Random) 
         in_confirm = rng.random() < 0.5
         proc = subprocess.Popen(tune_cmd(db, op, shape, trials), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        start = time.monotonic()
-        n_confirm = sum(r[2] == CONFIRM_LABEL for r in before)
-        delay = rng.uniform(0.5, 6.0)
+        searched = sum(r[2] != CONFIRM_LABEL for r in before)
+        # a search moment: after a random number of this run's new trials; a confirmation moment:
+        # once the search is complete, after a random short delay
+        in_confirm = in_confirm or searched >= trials - 1
+        after_new = rng.randint(1, max(1, trials - searched - 1))
         moment = None
         while proc.poll() is None:
-            now = rows(db)
-            if in_confirm and sum(r[2] == CONFIRM_LABEL for r in now) > n_confirm:
+            search = sum(r[2] != CONFIRM_LABEL for r in rows(db))
+            if in_confirm and search >= trials:
                 moment = "confirmation"
-            elif not in_confirm and time.monotonic() - start > delay:
-                search = sum(r[2] != CONFIRM_LABEL for r in now)
+            elif not in_confirm and search >= searched + after_new:
                 moment = "search" if search < trials else "confirmation"
             if moment:
-                time.sleep(rng.uniform(0.0, 0.3) if moment == "confirmation" else 0.0)
+                time.sleep(rng.uniform(0.0, 1.0) if moment == "confirmation" else rng.uniform(0.0, 0.2))
+                if proc.poll() is not None:
+                    moment = None
+                    break
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
                 break
@@ -172,8 +176,8 @@ def hog(cores: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
 
 
-def quiet_times(db: Path, op: str, shape: str, configs: list[dict], rounds: int = 5) -> list[float]:
-    """Median seconds of each config, measured interleaved ``rounds`` times on this machine."""
+def quiet_times(db: Path, op: str, shape: str, configs: list[dict], rounds: int = 7) -> list[list[float]]:
+    """Seconds of each config, measured interleaved ``rounds`` times on this machine."""
     from autotune.measure import Builder, CpuRunner, RunOptions
     from autotune.search.measure_batch import WorkloadMeasurer
     from autotune.target import cpu_target
@@ -191,7 +195,11 @@ def quiet_times(db: Path, op: str, shape: str, configs: list[dict], rounds: int 
             batch = [configs[i] for i in order]
             for i, t in zip(order, m.measure(batch, [space.steps(c) for c in batch])):
                 times[i].append(t.mean_s)
-    return [sorted(t)[len(t) // 2] for t in times]
+    return times
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
@@ -217,7 +225,8 @@ def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
         finalists = d.search_top(wk, tk, 3)
         counts = d.confirmations(wk, tk)
     configs = [chosen.config] + [f.config for f in finalists]
-    quiet = quiet_times(db, op, shape, configs)
+    runs = quiet_times(db, op, shape, configs)
+    quiet = [median(t) for t in runs]
     confirmed = [(q, f) for q, f in zip(quiet[1:], finalists) if counts.get(config_key(f.config), 0)]
     best_finalist = min(quiet[1:])
     return {
@@ -232,6 +241,9 @@ def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
         "finalists_quiet_s": quiet[1:],
         "best_finalist_quiet_s": best_finalist,
         "chosen_over_best_finalist": quiet[0] / best_finalist,
+        # the quiet re-measurement's own noise: (slowest - fastest) / median of each config's runs
+        "quiet_spread": [(max(t) - min(t)) / median(t) for t in runs],
+        "confirmations_per_finalist": [counts.get(config_key(f.config), 0) for f in finalists],
     }
 
 
@@ -243,6 +255,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the kernels (default 1)")
+    p.add_argument("--only", choices=("tuners", "kills", "hog"), help="run one scenario")
     p.add_argument("--out", help="also write the JSON summary here")
     args = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -255,10 +268,15 @@ def main() -> int:
             "omp_threads": args.threads,
             "cores": os.cpu_count(),
             "load_average_at_start": os.getloadavg(),
-            "tuners": [run_tuners(n, where, args.trials, args.op, args.shape) for n in (2, 4)],
-            "kills": run_kills(where, args.kills, args.op, args.shape, rng),
-            "hog": run_hog(where, args.op, args.shape, args.trials),
         }
+        scenarios = {
+            "tuners": lambda: [run_tuners(n, where, args.trials, args.op, args.shape) for n in (2, 4)],
+            "kills": lambda: run_kills(where, args.kills, args.op, args.shape, rng),
+            "hog": lambda: run_hog(where, args.op, args.shape, args.trials),
+        }
+        for name, run in scenarios.items():
+            if args.only in (None, name):
+                summary[name] = run()
     summary["load_average_at_end"] = os.getloadavg()
     summary["elapsed_s"] = round(time.time() - t0, 1)
     text = json.dumps(summary, indent=1)
