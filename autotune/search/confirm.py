@@ -22,8 +22,9 @@ from .measure_batch import Trial
 log = logging.getLogger("autotune.confirm")
 
 # A confirmation is kept only when the reference kernel, timed just before and just after it, ran
-# within this factor of the reference's quietest time during the confirmation; otherwise the machine
-# got busier meanwhile (another job started) and the finalist is measured again. A round (one
+# within this factor of the reference's time when the confirmation began (the median of its first
+# timings); otherwise the machine got busier meanwhile (another job started) and the finalist is
+# measured again. A round (one
 # confirmation of every finalist) is committed whole, in one transaction, once each of its timings is
 # kept: finalists never hold different numbers of confirmations, so load cannot re-rank them, and
 # a round that stays disturbed is dropped, leaving the ranking as it was (rerun to finish).
@@ -68,16 +69,16 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
     reference = chosen[0]
     rng = np.random.default_rng(0)
     added = 0
-    quietest = [math.inf]  # the reference's quietest time in this confirmation
+    baseline: list[float] = []  # the reference's time when the confirmation began
     try:
         while mine:
             keys = [k for k, n in mine.items() if n > 0]
             kept = _confirm_round(measurer, space, reference.config,
-                                  [by_key[keys[i]] for i in rng.permutation(len(keys))], quietest)
+                                  [by_key[keys[i]] for i in rng.permutation(len(keys))], baseline)
             if kept is None:
                 log.warning(
                     "%s: the machine's timing shifted during confirmation (the reference kernel ran "
-                    "over %.1fx its quietest time around some finalists %d times in a row); the round "
+                    "over %.1fx its starting time around some finalists %d times in a row); the round "
                     "was dropped and %d finalist(s) keep the confirmations they had, not re-ranked; "
                     "rerun the same command on a quieter machine to finish",
                     wl.name, REFERENCE_SLOWDOWN, RETRIES + 1, len(keys))
@@ -92,11 +93,11 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
 
 
 def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: list[dict],
-                   quietest: list[float]) -> list[Trial] | None:
+                   baseline: list[float]) -> list[Trial] | None:
     """One confirmation of each config, each timed between two timings of ``reference``; a config
-    whose reference timings ran over REFERENCE_SLOWDOWN x ``quietest[0]`` (updated in place) is
-    measured again, after a pause. Returns the kept trials in the order of ``configs``, or None when
-    some config stayed disturbed through RETRIES re-measurements."""
+    whose reference timings ran over REFERENCE_SLOWDOWN x ``baseline[0]`` (set from the first
+    timings when empty) is measured again, after a pause. Returns the kept trials in the order of
+    ``configs``, or None when some config stayed disturbed through RETRIES re-measurements."""
     kept: dict[int, Trial] = {}
     todo = list(range(len(configs)))
     for attempt in range(RETRIES + 1):
@@ -108,8 +109,10 @@ def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: 
         trials = list(measurer.measure(batch, [space.steps(c) for c in batch]))
         refs = [t.mean_s for t in trials[0::2]]
         log.debug("reference timings %s, finalists %s", refs, [t.mean_s for t in trials[1::2]])
-        quietest[0] = min([quietest[0]] + [r for r in refs if math.isfinite(r)])
-        limit = quietest[0] * REFERENCE_SLOWDOWN
+        if not baseline:
+            finite = sorted(r for r in refs if math.isfinite(r))
+            baseline.append(finite[len(finite) // 2] if finite else math.inf)
+        limit = baseline[0] * REFERENCE_SLOWDOWN
         for j, i in enumerate(todo):
             if max(refs[j], refs[j + 1]) <= limit:
                 kept[i] = trials[2 * j + 1]

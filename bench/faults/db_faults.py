@@ -155,7 +155,15 @@ def run_kills(where: Path, kills: int, op: str, shape: str, rng: random.Random) 
         seen.update(ids)
         log.append({"trials": trials, "killed": bool(moment), "moment": moment,
                     "rows_before": len(before), "rows_after": len(after)})
-    final = subprocess.run(tune_cmd(db, op, shape, trials), capture_output=True, text=True, timeout=900)
+    reruns, refusals = 0, []
+    while True:  # the last resume; rerun as its warning says where load made confirmation refuse
+        final = subprocess.run(tune_cmd(db, op, shape, trials), capture_output=True, text=True,
+                               timeout=900)
+        said = [ln for ln in final.stderr.splitlines() if "timing shifted" in ln]
+        if not said or reruns == 3:
+            break
+        refusals += said
+        reruns += 1
     ids = {r[0]: r for r in rows(db)}
     lost += sum(1 for i, r in seen.items() if ids.get(i) != r)
     state = db_state(db, confirm=3)
@@ -165,6 +173,8 @@ def run_kills(where: Path, kills: int, op: str, shape: str, rng: random.Random) 
         "runs_that_finished_before_their_kill": finished_first,
         "budget": trials,
         "final_exit": final.returncode,
+        "reruns_after_a_refused_confirmation": reruns,
+        "refusals": refusals,
         "rows_lost": lost,
         **state,
         "every_finalist_confirmed": state["finalists_confirmed"] == state["finalists"],
