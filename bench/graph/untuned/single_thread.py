@@ -6,6 +6,7 @@ on its cores; one thread a side gets a fair share of a core each and compares th
 model is compiled with no tuning database (every task takes its rule-based default schedule).
 
     python bench/graph/untuned/single_thread.py zoo:resnet18 zoo:bert_layer >> single_thread.jsonl
+    python bench/graph/untuned/single_thread.py bench/gallery/exports/mobilenet_v2.legacy.onnx
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def best_of(fn, runs: int = 5) -> float:  # noqa: ANN001
 
 
 def measure(spec: str, rounds: int = 7) -> dict:
+    """``spec``: a zoo spec or an ONNX file."""
     module = compile_model(spec, verbose=False)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), opts,
-                                   providers=["CPUExecutionProvider"])
+    proto = zoo.make_model(spec).SerializeToString() if spec.startswith("zoo:") else Path(spec).read_bytes()
+    session = ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"])
     feeds = module.random_inputs(np.random.default_rng(0))
     _, rel = compare(module.run(feeds), session.run(None, feeds))
     load = os.getloadavg()[0]
