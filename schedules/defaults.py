@@ -22,10 +22,12 @@ CPU, a tiled reduction (matmul, convolution; ``Sketch.mode`` cache_write / epilo
 CPU, every other workload: producers inlined, reductions vectorized along a contiguous reduction
 axis (or across contiguous output rows), coefficient axes unrolled.
 
-GPU, a tiled reduction: each thread a 4 x 4 register tile (float4 along the innermost axis),
-16 x 16 threads a block, 16 reduction steps a shared-memory stage, tiles fetched 16 bytes a thread
-and their fragments kept in registers; sizes shrink to what the extents divide. Other workloads:
-256 threads a block (or as many as a row has), float4 where the extents allow.
+GPU, a tiled reduction: on the innermost spatial axis and its pair (``tile_axes``: one that indexes
+another operand) each thread a 4 x 4 register tile (float4 along the innermost axis), 16 x 16
+threads a block; 16 reduction steps a shared-memory stage, the longest reduction axes first; tiles
+fetched 16 bytes a thread and their fragments kept in registers; sizes shrink to what the extents
+divide and the device limits allow. Other workloads: 256 threads a block (or as many as a row
+has), float4 where the extents allow.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from .space import Config, SearchSpace, divisors
 
 REDUCE_STEP = 256  # reduction steps around one CPU register tile (operand panels stay in L1/L2)
 PARALLEL_PER_CORE = 4  # parallel iterations per core (balance when the count is not a multiple)
-GPU_THREADS = 16  # threads per block along each of the two innermost spatial axes
-GPU_INNER = 4  # outputs per thread along each of the two innermost spatial axes
+GPU_THREADS = 16  # threads per block along each of the two tile axes (the innermost and its pair)
+GPU_INNER = 4  # outputs per thread along each of the two tile axes
 GPU_REDUCE_STEP = 16  # reduction steps per shared-memory stage
 
 
