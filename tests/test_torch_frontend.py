@@ -163,19 +163,21 @@ def test_tensors_cross_without_copies():
     compiled = at.compile(model, (x,))
     (region,) = compiled.regions
     seen: list[list[int]] = []
-    real_run = region.executable.run
+    real_run = region.executable.run_pointers
 
-    def spy(inputs, outputs):
-        seen.append([a.ctypes.data for a in list(inputs) + list(outputs)])
-        real_run(inputs, outputs)
+    def spy(pointers):  # the addresses the compiled entry point is called with
+        seen.append(list(pointers))
+        real_run(pointers)
 
-    region.executable.run = spy
+    region.executable.run_pointers = spy
     out = compiled(x)
     assert seen[-1] == [x.data_ptr(), out.data_ptr()]
     _close(out, model(x).detach())
     xt = torch.randn(16, 8).t()  # not contiguous: made contiguous once, still right
     _close(compiled(xt), model(xt).detach())
     assert seen[-1][0] != xt.data_ptr()
+    with pytest.raises(ValueError, match="compiled for inputs"):
+        compiled(torch.randn(4, 16))
 
 
 def test_new_shape_compiles_for_that_shape(caplog):

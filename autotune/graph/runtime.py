@@ -317,6 +317,8 @@ class CpuExecutable:
         self._arena = aligned_empty((plan.arena_bytes,), np.uint8)
         self._arena.fill(0)
         self._arena_ptr = self._arena.ctypes.data
+        n_io = len(graph.inputs) + len(graph.outputs)
+        self._io_table = (ctypes.c_void_p * (2 + n_io))(ctypes.addressof(self._const_table), self._arena_ptr)
 
     def _args(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> Any:
         ptrs = [ctypes.addressof(self._const_table), self._arena_ptr]
@@ -325,6 +327,12 @@ class CpuExecutable:
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.entry(self._args(inputs, outputs))
+
+    def run_pointers(self, pointers: Sequence[int]) -> None:
+        """The entry point on raw addresses of the inputs then the outputs (C-contiguous, of the
+        graph's types; a framework's tensors), with a pointer table built once."""
+        self._io_table[2:] = pointers
+        self.entry(self._io_table)
 
     def time(
         self, inputs: list[np.ndarray], outputs: list[np.ndarray], repeat: int, min_repeat_ms: float

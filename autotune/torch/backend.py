@@ -178,13 +178,18 @@ def autotune_backend(
     weights = {i: v for i, (n, v) in enumerate(zip(places, example_inputs)) if _is_weight(n, v)}
     name = f"dynamo_{next(_names)}"
     if any(_is_dynamic(n) for n in places):
-        return _PerShape(gm, weights, len(places), opts, name)
+        return torch._dynamo.disable(_PerShape(gm, weights, len(places), opts, name))
     frozen = _Frozen(gm, weights, len(places))
     fn, _report = compile_aten(export_aten(frozen, [example_inputs[i] for i in frozen.user]), opts, name)
     user = frozen.user
-    if len(user) == len(places):
-        return fn
-    return lambda *args: fn(*[args[i] for i in user])
+    if len(user) != len(places):
+        inner = fn
+
+        def fn(*args: Any) -> Any:
+            return inner(*[args[i] for i in user])
+
+    # run with Dynamo's frame hook off: otherwise every Python frame of the call is offered to it
+    return torch._dynamo.disable(fn)
 
 
 def register() -> None:

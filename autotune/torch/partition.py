@@ -49,8 +49,8 @@ class _Support(OperatorSupportBase):
 
 
 class CompiledRegion(torch.nn.Module):
-    """One compiled region called from PyTorch: input tensors are read where they lie (numpy views of
-    their memory; a non-contiguous one is made contiguous once), outputs are allocated by PyTorch and
+    """One compiled region called from PyTorch: input tensors are read where they lie (their data
+    pointers; a non-contiguous one is made contiguous once), outputs are allocated by PyTorch and
     written in place. Inference only: the outputs carry no autograd history."""
 
     def __init__(self, module: CompiledModule) -> None:
@@ -60,21 +60,28 @@ class CompiledRegion(torch.nn.Module):
         self._outs = [(g.types[o].shape, _TORCH[g.types[o].dtype]) for o in g.outputs]
         self._ins = [(torch.Size(g.types[i].shape), _TORCH[g.types[i].dtype]) for i in g.inputs]
         self._lock = threading.Lock()  # one arena per module: calls from several threads take turns
+        self._exe = module.executable
+        self._copies = bool(module.plan.output_copies) or not hasattr(self._exe, "run_pointers")
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.run(inputs)
+        return self.run(*inputs)
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def run(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if len(inputs) != len(self._ins) or any(
             t.shape != s or t.dtype != d for t, (s, d) in zip(inputs, self._ins)
         ):
             got = ", ".join(f"{t.dtype}{list(t.shape)}" for t in inputs)
             want = ", ".join(f"{d}{list(s)}" for s, d in self._ins)
             raise ValueError(f"compiled for inputs {want}, called with {got} (compile again for new shapes)")
-        arrays = [_view(t) for t in inputs]
         outs = tuple(torch.empty(s, dtype=d) for s, d in self._outs)
+        if self._copies:  # an output that is an input or a constant: copied by the numpy path
+            with self._lock:
+                self.module.run_into([_view(t) for t in inputs], [o.numpy() for o in outs])
+            return outs
+        # the tensors' own memory (a non-contiguous input made contiguous once, kept alive here)
+        held = [t if t.is_contiguous() else t.contiguous() for t in inputs]
         with self._lock:
-            self.module.run_into(arrays, [o.numpy() for o in outs])
+            self._exe.run_pointers([t.data_ptr() for t in held] + [o.data_ptr() for o in outs])
         return outs
 
 
@@ -296,12 +303,16 @@ def _fast_path(gm: torch.fx.GraphModule) -> Callable[..., Any] | None:
         out_spec = info.out_spec if info.out_spec is not None else out_spec
     run = region.run
     same_in = in_idx == list(range(len(places)))
+    if out_spec == pytree.tree_structure(tuple(out_idx)) and out_idx == list(range(len(out_idx))):
+        return run if same_in else lambda *args: run(*[args[i] for i in in_idx])  # a tuple, as returned
+    if out_spec == pytree.tree_structure(0) and same_in:
+        (j,) = out_idx
+        return lambda *args: run(*args)[j]
 
     def call(*args: torch.Tensor) -> Any:
-        res = run(args if same_in else [args[i] for i in in_idx])
+        res = run(*args) if same_in else run(*[args[i] for i in in_idx])
         return pytree.tree_unflatten([res[j] for j in out_idx], out_spec)
 
-    call.region = region  # type: ignore[attr-defined]
     return call
 
 

@@ -127,9 +127,33 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
     return row
 
 
+def overhead(rounds: int, calls: int = 2000) -> dict:
+    """The backend's per-call cost on a model whose own time is a few microseconds (a 64x64 dense
+    layer and ReLU): the fastest round's per-call time through each path minus the module's own
+    time (its entry point timed in C), so the difference is the boundary and not the kernels."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        dyn = torch.compile(model, backend="autotune")
+        direct = at.compile(model, (x,))
+        (module,) = direct.regions
+        paths = {"torch.compile": lambda: dyn(x), "autotune.torch.compile": lambda: direct(x),
+                 "eager": lambda: model(x)}
+        for fn in paths.values():
+            fn()
+        best = {k: min(per_call(fn, calls) for _ in range(rounds)) for k, fn in paths.items()}
+        own = min(min(module.time([x.numpy()], repeat=3, min_repeat_ms=50)) for _ in range(rounds))
+    paths_ = ("torch.compile", "autotune.torch.compile")
+    return {"module_own_us": round(own * 1e6, 2),
+            "call_us": {k: round(v * 1e6, 2) for k, v in best.items()},
+            "overhead_us": {k: round((best[k] - own) * 1e6, 2) for k in paths_}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="resnet18,bert_layer")
+    p.add_argument("--models", default="resnet18,bert_layer", help="comma-separated; empty: overhead only")
     p.add_argument("--db", default=None, help="tuning database (records used, and written by --trials)")
     p.add_argument("--trials", type=int, default=0, help="tune each model to this many measurements first")
     p.add_argument("--rounds", type=int, default=5)
@@ -151,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{ms['inductor']:.3f} ms -> {row['speedup_vs_eager']:.2f}x eager, "
               f"{row['speedup_vs_inductor']:.2f}x inductor; overhead {row.get('overhead_us')} us "
               f"(module's own {row.get('module_own_ms')} ms)", flush=True)
+    ov = overhead(args.rounds)
+    print(f"per-call overhead over the module's own {ov['module_own_us']} us: {ov['overhead_us']} us",
+          flush=True)
     if args.json:
         out = {"target": cpu_target().key, "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "rows": rows}
+               "rows": rows, "overhead": ov}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
