@@ -328,7 +328,7 @@ def _clamp(cx: Emitter, node: torch.fx.Node) -> str:
 @converts(aten.gelu.default)
 def _gelu(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one(
-        "Gelu", [cx.value(node.args[0])], approximate=node.kwargs.get("approximate", arg(node, 1, "", "none"))
+        "Gelu", [cx.value(node.args[0])], approximate=arg(node, 1, "approximate", "none")
     )
 
 
