@@ -199,6 +199,29 @@ def test_backend_options_are_checked():
         at.Options.parse({"tune_trials": -1})
 
 
+def _onnx_bytes(model, args) -> bytes:
+    buf = io.BytesIO()
+    try:
+        torch.onnx.export(model, args, buf, dynamo=False)
+    except Exception as err:  # noqa: BLE001 - the legacy exporter is optional in a torch build
+        pytest.skip(f"torch.onnx.export does not work here: {err}")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name,cls", [("convnet", ConvNet), ("block", Block)])
+def test_torch_and_onnx_give_the_same_task_keys(name, cls):
+    from autotune.graph import prepare
+    from autotune.torch.backend import export_aten
+    from autotune.torch.partition import find_regions
+
+    torch.manual_seed(0)
+    model, args = cls().eval(), _inputs(name)
+    regions, _ = find_regions(export_aten(model, args), name)
+    from_torch = {t.key: t.label for r in regions for t in prepare(r.graph).tasks}
+    from_onnx = {t.key: t.label for t in prepare(_onnx_bytes(model, args)).tasks}
+    assert len(from_torch) >= 5 and from_torch == from_onnx
+
+
 def test_tuning_a_torch_module_serves_its_onnx_export(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
@@ -206,13 +229,9 @@ def test_tuning_a_torch_module_serves_its_onnx_export(tmp_path):
     db_path = str(tmp_path / "t.db")
     summary = at.tune(model, (x,), trials=6, db=db_path, strategy="random")
     assert summary.new_trials > 0
-    buf = io.BytesIO()
-    try:
-        torch.onnx.export(model, (x,), buf, dynamo=False)
-    except Exception as err:  # noqa: BLE001 - the legacy exporter is optional in a torch build
-        pytest.skip(f"torch.onnx.export does not work here: {err}")
+    onnx_model = _onnx_bytes(model, (x,))
     with TuningDatabase(db_path) as db:
-        module = compile_model(buf.getvalue(), db=db, verbose=False)
+        module = compile_model(onnx_model, db=db, verbose=False)
     assert {mt.task.key for mt in summary.tasks} == {t.key for t in module.prepared.tasks}  # shared keys
     tuned = {mt.task.key for mt in summary.tasks if mt.new_trials}
     assert tuned and {c.task.key for c in module.choices if c.tuned} == tuned
