@@ -79,9 +79,22 @@ def _meta(args: argparse.Namespace) -> dict:
             versions[mod] = __import__(mod).__version__ if mod in sys.modules else _dist_version(mod)
         except Exception:  # noqa: BLE001 - not installed
             versions[mod] = None
-    return {"machine": platform.processor() or platform.machine(), "versions": versions, "db": args.db,
+    return {"machine": platform.processor() or platform.machine(), "versions": versions,
+            "revision": _revision(), "db": args.db,
             "timing": not args.no_timing, "repeat": args.repeat,
             "compile": "warm build cache" if args.warm_cache else "fresh build cache per row"}
+
+
+def _revision() -> str | None:
+    """The compiler's git commit, with "+changes" where the working tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
 
 
 def _dist_version(name: str) -> str | None:

@@ -204,6 +204,18 @@ def render(summaries: list[OpsSummary], failed_exports: list[str], missing: Sequ
               "| op | exports using it | rejected in |", "| --- | ---: | ---: |"]
     for op in sorted(users, key=lambda o: (-len(rejected.get(o, ())), -len(users[o]), o)):
         lines.append(f"| {op} | {len(users[op])} | {len(rejected.get(op, ()))} |")
+    lines += ["", "Attribute forms over all exports (how many exports use each):", ""]
+    forms: dict[str, Counter] = {}
+    for s in summaries:
+        for op, c in s.attrs.items():
+            forms.setdefault(op, Counter()).update(c.keys())
+    lines += [f"- {op}: {_counter_line(forms[op], 10)}" for op in sorted(forms)]
+    dtypes: dict[str, Counter] = {}
+    for s in summaries:
+        for d, c in s.dtypes.items():
+            dtypes.setdefault(d, Counter()).update(c.keys())
+    lines += ["", "Non-float32 values over all exports (producer(folded|runtime): how many exports):", ""]
+    lines += [f"- {d}: {_counter_line(dtypes[d], 40)}" for d in sorted(dtypes)]
     lines += ["", "Import result per export:", "", "| model | exporter | opset | nodes | import |",
               "| --- | --- | ---: | ---: | --- |"]
     for s in summaries:
