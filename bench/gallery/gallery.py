@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def _meta(args: argparse.Namespace) -> dict:
         except Exception:  # noqa: BLE001 - not installed
             versions[mod] = None
     return {"machine": platform.processor() or platform.machine(), "versions": versions,
-            "revision": _revision(), "db": args.db,
+            "revision": _revision(), "db": args.db, "cpus": os.cpu_count(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "timing": not args.no_timing, "repeat": args.repeat,
             "compile": "warm build cache" if args.warm_cache else "fresh build cache per row"}
 
@@ -167,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             print(f"[{time.perf_counter() - t0:6.1f} s] {row.model} · {row.exporter}: {row.status}"
                   + (f" ({row.error[:200]})" if row.error else ""), file=sys.stderr, flush=True)
-            if args.json:
+            if args.json:  # the machine's load: timings taken on a busy machine are to be read as such
+                meta["load_average_at_last_row"] = [round(x, 2) for x in os.getloadavg()]
                 write_json(args.json, rows, meta)
     if not args.export_only:
         print(format_table(rows))
