@@ -212,8 +212,22 @@ def median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
-    db = where / "hog.db"
+def run_hogs(where: Path, op: str, shape: str, trials: int, runs: int) -> dict:
+    """``runs`` hog runs, each on a fresh DB, and how the chosen configs compare."""
+    each = [run_hog(where / f"hog{i}.db", op, shape, trials) for i in range(runs)]
+    ratios = [r["chosen_over_best_finalist"] for r in each]
+    return {
+        "runs": runs,
+        "chosen_always_a_finalist": all(r["chosen_is_a_finalist"] for r in each),
+        "chosen_over_best_finalist": ratios,
+        "chosen_not_slower": sum(x <= 1.0 for x in ratios),  # the chosen is the fastest quietly
+        # chosen slower by less than the quiet re-measurement's own noise (median spread of its runs)
+        "chosen_within_quiet_noise": sum(x <= 1.0 + median(r["quiet_spread"]) for x, r in zip(ratios, each)),
+        "each": each,
+    }
+
+
+def run_hog(db: Path, op: str, shape: str, trials: int) -> dict:
     proc = subprocess.Popen(tune_cmd(db, op, shape, trials), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     hogs: list[subprocess.Popen] = []
@@ -234,11 +248,16 @@ def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
         chosen = d.best(wk, tk)
         finalists = d.search_top(wk, tk, 3)
         counts = d.confirmations(wk, tk)
-    configs = [chosen.config] + [f.config for f in finalists]
-    runs = quiet_times(db, op, shape, configs)
+    configs = [f.config for f in finalists]
+    keys = [config_key(c) for c in configs]
+    if config_key(chosen.config) not in keys:
+        configs.append(chosen.config)
+        keys.append(config_key(chosen.config))
+    at = keys.index(config_key(chosen.config))
+    runs = quiet_times(db, op, shape, configs)  # each config once, interleaved
     quiet = [median(t) for t in runs]
-    confirmed = [(q, f) for q, f in zip(quiet[1:], finalists) if counts.get(config_key(f.config), 0)]
-    best_finalist = min(quiet[1:])
+    confirmed = [f for f in finalists if counts.get(config_key(f.config), 0)]
+    best_finalist = min(quiet[: len(finalists)])
     return {
         "budget": trials,
         "hog_processes": len(hogs),
@@ -247,10 +266,11 @@ def run_hog(where: Path, op: str, shape: str, trials: int) -> dict:
         "warnings": [ln for ln in err.splitlines() if "timing shifted" in ln],
         "finalists_confirmed": len(confirmed),
         "chosen_is_a_finalist": any(config_key(chosen.config) == config_key(f.config) for f in finalists),
-        "chosen_quiet_s": quiet[0],
-        "finalists_quiet_s": quiet[1:],
+        "chosen_quiet_s": quiet[at],
+        "chosen_quiet_rank": sorted(quiet).index(quiet[at]) + 1,
+        "finalists_quiet_s": quiet[: len(finalists)],
         "best_finalist_quiet_s": best_finalist,
-        "chosen_over_best_finalist": quiet[0] / best_finalist,
+        "chosen_over_best_finalist": quiet[at] / best_finalist,
         # the quiet re-measurement's own noise: (slowest - fastest) / median of each config's runs
         "quiet_spread": [(max(t) - min(t)) / median(t) for t in runs],
         "confirmations_per_finalist": [counts.get(config_key(f.config), 0) for f in finalists],
@@ -265,6 +285,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the kernels (default 1)")
+    p.add_argument("--hog-runs", type=int, default=3, help="runs of the hog scenario (default 3)")
     p.add_argument("--only", choices=("tuners", "kills", "hog"), help="run one scenario")
     p.add_argument("--out", help="also write the JSON summary here")
     args = p.parse_args()
@@ -282,7 +303,7 @@ def main() -> int:
         scenarios = {
             "tuners": lambda: [run_tuners(n, where, args.trials, args.op, args.shape) for n in (2, 4)],
             "kills": lambda: run_kills(where, args.kills, args.op, args.shape, rng),
-            "hog": lambda: run_hog(where, args.op, args.shape, args.trials),
+            "hog": lambda: run_hogs(where, args.op, args.shape, args.trials, args.hog_runs),
         }
         for name, run in scenarios.items():
             if args.only in (None, name):
