@@ -17,7 +17,6 @@ bad arguments.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -25,13 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autotune.cli.common import ArgParser, int_in  # noqa: E402
 from autotune.graph import conformance as cf  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgParser(prog="conformance.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--op", action="append", default=[], help="only this operator's tests (repeatable)")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--workers", type=int_in(1), default=None, help="worker processes (default: one per core)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--out", type=Path, help="write the figures and every outcome to this JSON file")
     p.add_argument("--list", action="store_true", help="print every test's outcome")
@@ -39,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"rewrite {cf.REJECTIONS_PATH.relative_to(cf.REJECTIONS_PATH.parents[2])}")
     p.add_argument("--cache-dir", help="where built modules are kept (default: a fresh temporary folder)")
     args = p.parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        p.error("--workers must be at least 1")
     if args.write_rejections and args.op:
         p.error("--write-rejections needs every test: leave out --op")
     tests = list(cf.node_tests())

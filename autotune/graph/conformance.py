@@ -35,7 +35,7 @@ import time
 import traceback
 import warnings
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -191,7 +191,9 @@ class Suite:
     listed_ops: list[str]
     default_domain_ops: list[str]
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Suite({len(self.outcomes)} outcomes, {len(self.listed_ops)} listed operators)"
 
 
 def default_domain_ops() -> list[str]:
