@@ -243,3 +243,22 @@ def test_nearest_compatible_target_records(tmp_path: Path, tuned_db: Path) -> No
     assert bench.returncode == 0 and "nearest compatible target" in bench.stdout, bench.stderr
     exact = _script("bench.py", "--db", str(db), "--exact-target", cwd=tmp_path)
     assert exact.returncode == 2 and "no verified records for this machine" in exact.stderr
+
+
+def test_db_script_export_import_merge_and_bad_input(tmp_path: Path, tuned_db: Path) -> None:
+    with TuningDatabase(tuned_db, readonly=True) as d:
+        n = d.count()
+    out = tmp_path / "all.jsonl"
+    assert _script("db.py", "export", str(tuned_db), str(out), cwd=tmp_path).returncode == 0
+    copy = tmp_path / "copy.db"
+    imported = _script("db.py", "import", str(copy), str(out), cwd=tmp_path)
+    assert imported.returncode == 0 and f"{n} new measurements" in imported.stdout
+    merged = _script("db.py", "merge", str(copy), str(tuned_db), cwd=tmp_path)
+    assert merged.returncode == 0 and "0 new measurements" in merged.stdout  # nothing twice
+    with TuningDatabase(copy, readonly=True) as d:
+        assert d.count() == n
+    for args in (["check", str(tmp_path / "none.db")], ["export", str(tuned_db), str(tmp_path / "no" / "x")],
+                 ["import", str(copy), str(tmp_path / "none.jsonl")], ["frob"]):
+        bad = _script("db.py", *args, cwd=tmp_path)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (args, bad.stderr)
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "no").exists()

@@ -82,9 +82,14 @@ def _export(db, args: argparse.Namespace) -> int:  # noqa: ANN001
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"{args.output} is a directory; name the file to write")
+    if not out.parent.is_dir():
+        raise UsageError(f"{args.output}: directory {str(out.parent)!r} does not exist")
     tmp = out.with_name(f".{out.name}.tmp")
-    n = db.export_jsonl(tmp)
-    tmp.replace(out)
+    try:  # written whole or not at all
+        n = db.export_jsonl(tmp)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
     print(f"{args.db}: {n} lines written to {args.output}")
     return 0
 
