@@ -223,6 +223,7 @@ def run_hogs(where: Path, op: str, shape: str, trials: int, runs: int) -> dict:
         "chosen_not_slower": sum(x <= 1.0 for x in ratios),  # the chosen is the fastest quietly
         # chosen slower by less than the quiet re-measurement's own noise (median spread of its runs)
         "chosen_within_quiet_noise": sum(x <= 1.0 + median(r["quiet_spread"]) for x, r in zip(ratios, each)),
+        "after_rerun_over_best_finalist": [r["chosen_after_rerun_over_best_finalist"] for r in each],
         "each": each,
     }
 
@@ -248,12 +249,21 @@ def run_hog(db: Path, op: str, shape: str, trials: int) -> dict:
         chosen = d.best(wk, tk)
         finalists = d.search_top(wk, tk, 3)
         counts = d.confirmations(wk, tk)
+    # the hog is gone: the rerun its warning asks for finishes the confirmation
+    rerun = subprocess.run(tune_cmd(db, op, shape, trials), capture_output=True, text=True, timeout=900)
+    with TuningDatabase(db, readonly=True) as d:
+        after = d.best(wk, tk)
+        counts_after = d.confirmations(wk, tk)
     configs = [f.config for f in finalists]
     keys = [config_key(c) for c in configs]
     if config_key(chosen.config) not in keys:
         configs.append(chosen.config)
         keys.append(config_key(chosen.config))
+    if config_key(after.config) not in keys:
+        configs.append(after.config)
+        keys.append(config_key(after.config))
     at = keys.index(config_key(chosen.config))
+    at_after = keys.index(config_key(after.config))
     runs = quiet_times(db, op, shape, configs)  # each config once, interleaved
     quiet = [median(t) for t in runs]
     confirmed = [f for f in finalists if counts.get(config_key(f.config), 0)]
@@ -274,6 +284,12 @@ def run_hog(db: Path, op: str, shape: str, trials: int) -> dict:
         # the quiet re-measurement's own noise: (slowest - fastest) / median of each config's runs
         "quiet_spread": [(max(t) - min(t)) / median(t) for t in runs],
         "confirmations_per_finalist": [counts.get(config_key(f.config), 0) for f in finalists],
+        "rerun_exit": rerun.returncode,
+        "rerun_warnings": [ln for ln in rerun.stderr.splitlines() if "timing shifted" in ln],
+        "confirmations_per_finalist_after_rerun": [counts_after.get(config_key(f.config), 0)
+                                                   for f in finalists],
+        "chosen_after_rerun_quiet_rank": sorted(quiet).index(quiet[at_after]) + 1,
+        "chosen_after_rerun_over_best_finalist": quiet[at_after] / best_finalist,
     }
 
 
