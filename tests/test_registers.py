@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune import te
 from autotune.ir.nodes import Allocate, Buffer, For, Load, Seq, Store, VLoad, VStore
 from autotune.ir.passes import _walk_deep
 from autotune.ir.registers import promote_accumulators
 from autotune.program import build_program, lower_program
 from autotune.search.replay import ReplayDB
 from autotune.target import cpu_target, make_target
-from autotune.te import library
 from autotune.te.expr import Binary, FloatImm, IntImm, Var
 from schedules import make_space
 
@@ -40,7 +40,7 @@ def _matmul_config(registers: int) -> dict:
 
 
 def test_registers_knob_keeps_the_register_tile_in_registers_and_stays_correct(check_kernel) -> None:  # noqa: ANN001
-    wl, target = library.matmul(32, 64, 64), cpu_target()
+    wl, target = te.make_workload("matmul", [32, 64, 64]), cpu_target()
     space = make_space(wl, target)
     assert "registers" in [k.name for k in space.knobs]
     configs = [_matmul_config(r) for r in (0, 1)]
@@ -66,7 +66,7 @@ def test_registers_knob_keeps_the_register_tile_in_registers_and_stays_correct(c
 
 def test_a_convolution_keeps_its_tile_in_registers_over_the_whole_reduction_nest(check_kernel) -> None:  # noqa: ANN001
     # channel and window loops nested inside the marked loop: one load before, one store after
-    wl, target = library.conv2d(1, 16, 18, 18, 16, 3, 3, 1, 0), cpu_target()
+    wl, target = te.make_workload("conv2d", [1, 16, 18, 18, 16, 3, 3, 1, 0]), cpu_target()
     space = make_space(wl, target)
     rng = np.random.default_rng(7)
     nested = []
@@ -138,7 +138,7 @@ def test_the_register_tile_budget_follows_the_vector_register_file() -> None:
     host = cpu_target()
     avx2 = make_target("cpu", dict(host.fingerprint, isa=["sse4_2", "avx", "avx2", "fma"]))
     avx512 = make_target("cpu", dict(host.fingerprint, isa=["avx", "avx2", "fma", "avx512f"]))
-    wl = library.matmul(48, 128, 32)
+    wl = te.make_workload("matmul", [48, 128, 32])
     for target, budget in ((avx2, 16), (avx512, 24)):
         lanes = target.vector_lanes
         space = make_space(wl, target)

@@ -195,4 +195,4 @@ def test_reduce_must_be_whole_body() -> None:
     with pytest.raises(ValueError):
         te.compute((3,), lambda r: te.sum(a[r, k], axis=k) + 1.0)
     with pytest.raises(ValueError):
-        nn.matmul(a, te.placeholder((5, 2), name="b"))
+        nn.dense(a, te.placeholder((2, 5), name="b"))

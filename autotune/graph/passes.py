@@ -8,6 +8,7 @@
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
+- ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
 - ``matmul_vectors_to_matrices`` MatMul of a 1-d operand -> a matrix product, reshaped
@@ -530,6 +531,21 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
     return eliminate_dead_code(infer_types(g))
 
 
+def castlike_to_cast(graph: Graph) -> Graph:
+    """CastLike -> Cast to the element type of its second operand (only the type is read), so a
+    CastLike of a constant folds even where its second operand is computed at run time."""
+    g = graph.copy()
+    # ONNX TensorProto element type codes
+    codes = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float16": 10, "float64": 11, "bfloat16": 16,
+             "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "uint32": 12, "uint64": 13}
+    for n in g.nodes:
+        if n.op == "CastLike" and len(n.inputs) > 1 and g.types.get(n.inputs[1]) is not None:
+            dt = g.types[n.inputs[1]].dtype
+            if dt in codes:
+                n.op, n.inputs, n.attrs = "Cast", n.inputs[:1], {"to": codes[dt]}
+    return infer_types(g)
+
+
 def split_to_slices(graph: Graph) -> Graph:
     """Split -> one Slice per output (each a view-free copy that fuses into its consumers)."""
     from .ops.movement import split_sizes
@@ -665,7 +681,7 @@ def optimize(
 ) -> Graph:
     """The compiler's pass pipeline, in order; ``winograd`` (a tile size m for every eligible 3x3
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd)."""
-    g = fold_constants(graph)
+    g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(g)
     g = split_to_slices(g)
     g = lower_einsum(g)

@@ -4,14 +4,16 @@ them (``autotune.te.workload_from_description``) without the model they came fro
 A description::
 
     {"op": "graph_subgraph", "name": "conv2d_bias_add_relu",
-     "params": {"out": "1x56x56x64", ...},            # for labels only
+     "params": {"out": "1x56x56x64", ...},            # for labels only (or [name, value] pairs)
      "inputs": [{"shape": [1, 56, 56, 64], "dtype": "float32", "range": [-1, 1]},
                 {"shape": [3, 3, 64, 64], "dtype": "float32", "range": [-1, 1], "const": true}, ...],
      "nodes": [{"op": "Conv", "attrs": {...}, "args": [["in", 0], ["in", 1], ["in", 2]]},
                {"op": "Add", "attrs": {}, "args": [["node", 0], ["in", 3]]},
                {"op": "Relu", "attrs": {}, "args": [["node", 1]]}]}
 
-An input marked ``const`` is a weight of the model (a CPU schedule may pre-tile it at compile time).
+A node may carry a ``name`` for its stage (default: the op and its position) and an input a
+``name`` (the named workloads' A, B, data, weight...); names are not part of the key. An input
+marked ``const`` is a weight of the model (a CPU schedule may pre-tile it at compile time).
 An arg is ``["in", i]`` (a workload input), ``["node", j]`` (an earlier node's output),
 ``["scalar", v]`` (a constant folded into the expression) or ``null`` (an omitted optional input).
 The last node's output is the workload's one output.
@@ -81,13 +83,13 @@ def build_workload(spec: dict) -> SubgraphWorkload:
     if spec.get("op") != OP_NAME or not spec.get("nodes"):
         raise GraphError(f"not a {OP_NAME} description")
     inputs = [
-        te.placeholder(tuple(d["shape"]), d.get("dtype", "float32"), name=f"in{i}")
+        te.placeholder(tuple(d["shape"]), d.get("dtype", "float32"), name=d.get("name", f"in{i}"))
         for i, d in enumerate(spec["inputs"])
     ]
     values: list[te.Tensor] = []
     for j, nd in enumerate(spec["nodes"]):
         args = [_resolve(a, inputs, values) for a in nd["args"]]
-        values.append(build_te(nd["op"], nd["attrs"], args, f"{nd['op'].lower()}{j}"))
+        values.append(build_te(nd["op"], nd["attrs"], args, nd.get("name") or f"{nd['op'].lower()}{j}"))
     ranges = [tuple(d.get("range", (-1.0, 1.0))) for d in spec["inputs"]]
     return SubgraphWorkload(
         name=spec.get("name", "subgraph"),

@@ -115,4 +115,6 @@ def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import library  # noqa: F401 - registers the built-in workloads
+        from autotune.graph import named  # noqa: F401 - the graph operators' named workloads
+
+        from . import library  # noqa: F401 - the dense family

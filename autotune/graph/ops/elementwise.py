@@ -11,6 +11,7 @@ import numpy as np
 from autotune import te
 from autotune.te import tensor as T
 from autotune.te.expr import Call, Expr, Not, any_of, as_expr, compare, const
+from autotune.te.ops.elementwise import erf_expr, gelu_expr
 
 from ..ir import GraphError, Node, TensorType
 from .base import (
@@ -23,7 +24,7 @@ from .base import (
     register,
     same,
 )
-from .te_build import arg_dtype, erf_expr, nd_compute, pow_expr, read, shape_of
+from .te_build import arg_dtype, nd_compute, pow_expr, read, shape_of
 
 FLOAT = ("float32",)
 NUMERIC = ("float32", "int64", "int32")
@@ -40,13 +41,6 @@ def gelu_np(x: np.ndarray, approximate: str = "none") -> np.ndarray:
         c = math.sqrt(2.0 / math.pi)
         return (0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x**3)))).astype(x.dtype, copy=False)
     return (0.5 * x * (1.0 + erf_np(x / math.sqrt(2.0)))).astype(x.dtype, copy=False)
-
-
-def gelu_expr(v: Expr, approximate: str = "none") -> Expr:
-    if approximate == "tanh":
-        c = math.sqrt(2.0 / math.pi)
-        return 0.5 * v * (1.0 + T.tanh(c * (v + 0.044715 * (v * v * v))))
-    return 0.5 * v * (1.0 + erf_expr(v * (1.0 / math.sqrt(2.0))))
 
 
 def _kernel_types(node: Node, types: Types, consts: Consts, allowed: Sequence[str]) -> None:

@@ -345,7 +345,7 @@ class _Expand:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
-        return [contiguous(np.broadcast_to(x, _Expand._shape(node, x.shape, [None, xs[1]])))]
+        return [contiguous(np.broadcast_to(x, _Expand._shape(node, x.shape, [None, *xs[1:]])))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
@@ -377,7 +377,7 @@ class _Tile:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
-        return [np.tile(x, _Tile._reps(node, x.ndim, [None, xs[1]]))]
+        return [np.tile(x, _Tile._reps(node, x.ndim, [None, *xs[1:]]))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:

@@ -12,7 +12,6 @@ from autotune import te
 from autotune.te import tensor as T
 from autotune.te.expr import Expr
 from autotune.te.ops import conv as conv_ops
-from autotune.te.ops import pool as pool_ops
 
 from ..ir import GraphError, Node, TensorType, contiguous
 from .base import ANCHOR, REDUCE, REWRITE, Arg, Consts, Types, broadcast_shapes, float_only, register, same
@@ -166,7 +165,7 @@ class _Conv:
             raise GraphError(f"Conv node {node.name!r}: bias shape {types[2].shape}, expected ({f},)")
         oh, ow = window_geometry(node.attrs, (h, wd), (kh, kw))["out"]
         if oh <= 0 or ow <= 0:
-            raise GraphError(f"Conv node {node.name!r}: empty output ({oh}x{ow})")
+            raise GraphError(f"Conv node {node.name!r}: output size {oh}x{ow} is not positive")
         return [TensorType((n, oh, ow, f) if nhwc else (n, f, oh, ow), x.dtype)]
 
     @staticmethod
@@ -245,7 +244,9 @@ class _MatMul:
             bi = [0 if b.shape[d] == 1 else batch[d + nb - (b.ndim - 2)] for d in range(b.ndim - 2)]
             return T.sum(a[(*ai, i, k)] * b[(*bi, k, j)], axis=k)
 
-        return nd_compute(shape, body, name, "matmul")
+        # the axes of the named matmul / batch_matmul workloads, so records of either apply to both
+        batch_names = ["z"] if nb == 1 else [f"z{d}" for d in range(nb)]
+        return nd_compute(shape, body, name, "matmul", axes=[*batch_names, "i", "j"])
 
 
 register("MatMul", ANCHOR)(_MatMul)
@@ -385,7 +386,7 @@ class _Pool:
         geo = pool_geometry(node, (h, w))
         oh, ow = geo["out"]
         if oh <= 0 or ow <= 0:
-            raise GraphError(f"{node.op} node {node.name!r}: empty output")
+            raise GraphError(f"{node.op} node {node.name!r}: output size {oh}x{ow} is not positive")
         k = geo["kernel"]
         if any(p >= k[d % 2] for d, p in enumerate(geo["pads"])) and node.op == "MaxPool":
             raise GraphError(
@@ -419,7 +420,7 @@ def pool2d(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
     eb = max(pb, (oh - 1) * sh + (kh - 1) * dh + 1 - h - pt)
     er = max(pr, (ow - 1) * sw + (kw - 1) * dw + 1 - w - pl)
     is_max = op == "MaxPool"
-    fill = pool_ops.lowest(x.dtype) if is_max else 0.0
+    fill = float(np.finfo(x.dtype).min) if is_max else 0.0  # max pool's padding: the lowest value
     pad_fn = conv_ops.pad_nhwc if nhwc else conv_ops.pad_nchw
     uniform = len({pt, pl, eb, er}) == 1
     xp = pad_fn(x, pt if uniform else (pt, pl, eb, er), name + "_pad", pad_value=fill)

@@ -459,7 +459,7 @@ class _CumSum:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
-        axis = _CumSum._axis(node, x.ndim, [None, xs[1]])
+        axis = _CumSum._axis(node, x.ndim, [None, *xs[1:]])
         rev, excl = node.attrs.get("reverse", 0), node.attrs.get("exclusive", 0)
         y = np.flip(x, axis) if rev else x
         c = np.cumsum(y, axis=axis, dtype=x.dtype)

@@ -1,5 +1,5 @@
 """Helpers the operator definitions build tensor expressions with: n-d computes, broadcast reads,
-typed scalar operands, reductions over a set of axes, and a vectorizable erf."""
+typed scalar operands and reductions over a set of axes."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from ..ir import GraphError
 from .base import Arg
 
 
-def nd_compute(shape: Sequence[int], fn: Callable[[list[Expr]], Expr], name: str, tag: str = "") -> te.Tensor:
-    """``te.compute`` over an n-d shape with the body written against a list of index variables."""
-    names = [f"i{d}" for d in range(len(shape))]
+def nd_compute(
+    shape: Sequence[int], fn: Callable[[list[Expr]], Expr], name: str, tag: str = "", axes: Sequence[str] = ()
+) -> te.Tensor:
+    """``te.compute`` over an n-d shape with the body written against a list of index variables
+    (named ``axes``, default ``i0, i1, ...``: the schedule's knobs are named after them)."""
+    names = list(axes) or [f"i{d}" for d in range(len(shape))]
     lam = eval(f"lambda {', '.join(names)}: fn([{', '.join(names)}])", {"fn": fn})  # noqa: S307
     return T.compute(tuple(shape), lam, name=name, tag=tag)
 
@@ -96,43 +99,6 @@ def reduce_over(
 def drop(idx: Sequence[Expr], axes: Sequence[int]) -> tuple:
     """The index of a reduced value (``axes`` dropped) at a full index."""
     return tuple(v for d, v in enumerate(idx) if d not in axes)
-
-
-def horner(t: Expr, coeffs: Sequence[float]) -> Expr:
-    out: Expr = as_expr(coeffs[-1])
-    for c in reversed(coeffs[:-1]):
-        out = out * t + c
-    return out
-
-
-# erf(x) ~= x * P(x^2) / Q(x^2) on x clamped to +-3.92 (where erf is 1 to float32 precision):
-# a rational fit made for this compiler (iteratively reweighted least squares against math.erf),
-# max abs error 3.2e-7 evaluated in float32. Unlike the libm call it is plain arithmetic (add, mul,
-# div, min, max), so the vectorizer turns a GELU epilogue into vector code.
-ERF_CLAMP = 3.92
-ERF_P = (
-    1.1283791505652283,
-    0.18524740107618864,
-    0.05215095024488755,
-    0.003568581127612459,
-    0.0002846817420582848,
-    2.144723905778134e-06,
-)
-ERF_Q = (
-    1.0,
-    0.49750425950635646,
-    0.11205386523138361,
-    0.014569769532586905,
-    0.0011227262393114796,
-    3.9062595769322195e-05,
-)
-
-
-def erf_expr(v: Expr) -> Expr:
-    """erf as a clamped rational function (see ERF_P / ERF_Q)."""
-    x = T.min(T.max(v, -ERF_CLAMP), ERF_CLAMP)
-    t = x * x
-    return x * horner(t, ERF_P) / horner(t, ERF_Q)
 
 
 def pow_expr(a: Expr, b: Expr) -> Expr:

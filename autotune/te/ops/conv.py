@@ -1,4 +1,4 @@
-"""Convolutions: conv2d (NCHW and NHWC; stride, padding, dilation, groups) and depthwise conv2d."""
+"""Convolutions: conv2d in NCHW and NHWC (per-axis strides and dilations, begin/end padding, groups)."""
 
 from __future__ import annotations
 
@@ -147,35 +147,3 @@ def conv2d_nhwc(
         )
 
     return T.compute((n, oh, ow, f), body, name=name, tag="conv2d")
-
-
-def depthwise_conv2d_nchw(
-    data: Tensor,
-    weight: Tensor,
-    stride: int = 1,
-    pad: int = 0,
-    dilation: int = 1,
-    name: str = "depthwise_conv2d",
-) -> Tensor:
-    """Depthwise NCHW conv2d, channel multiplier 1, weights ``[C, 1, kh, kw]``.
-
-    ``out[n, c, y, x] = sum_{r, s} pad(data)[n, c, y*st + r*d, x*st + s*d] * w[c, 0, r, s]``.
-    """
-    n, c, h, w = data.shape
-    wc, mult, kh, kw = weight.shape
-    if wc != c or mult != 1:
-        raise ValueError(f"depthwise_conv2d: weight {weight.shape} does not fit {c} channels (multiplier 1)")
-    oh = _out_size(h, kh, stride, pad, dilation)
-    ow = _out_size(w, kw, stride, pad, dilation)
-    padded = pad_nchw(data, pad)
-    ry = T.reduce_axis(kh, "ry")
-    rx = T.reduce_axis(kw, "rx")
-    return T.compute(
-        (n, c, oh, ow),
-        lambda b, ch, y, x: T.sum(
-            padded[b, ch, y * stride + ry * dilation, x * stride + rx * dilation] * weight[ch, 0, ry, rx],
-            axis=[ry, rx],
-        ),
-        name=name,
-        tag="depthwise_conv2d",
-    )

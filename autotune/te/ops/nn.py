@@ -1,19 +1,10 @@
-"""Matrix products: matmul, dense (with fused epilogues), batch_matmul."""
+"""Dense (``X @ W^T``, weights stored out-features first) with its fused bias / activation epilogue."""
 
 from __future__ import annotations
 
 from .. import tensor as T
 from ..tensor import Tensor
 from . import elementwise as ew
-
-
-def matmul(a: Tensor, b: Tensor, name: str = "matmul") -> Tensor:
-    """``C[i, j] = sum_k A[i, k] * B[k, j]``."""
-    (m, ka), (kb, n) = a.shape, b.shape
-    if ka != kb:
-        raise ValueError(f"matmul: inner dims differ ({ka} vs {kb})")
-    k = T.reduce_axis(ka, "k")
-    return T.compute((m, n), lambda i, j: T.sum(a[i, k] * b[k, j], axis=k), name=name, tag="matmul")
 
 
 def dense(x: Tensor, w: Tensor, name: str = "dense") -> Tensor:
@@ -37,14 +28,3 @@ def dense_epilogue(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | 
     elif activation is not None:
         raise ValueError(f"unknown activation {activation!r}")
     return y
-
-
-def batch_matmul(a: Tensor, b: Tensor, name: str = "batch_matmul") -> Tensor:
-    """``C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]``."""
-    (ba, m, ka), (bb, kb, n) = a.shape, b.shape
-    if ba != bb or ka != kb:
-        raise ValueError(f"batch_matmul: shapes {a.shape} and {b.shape} do not match")
-    k = T.reduce_axis(ka, "k")
-    return T.compute(
-        (ba, m, n), lambda z, i, j: T.sum(a[z, i, k] * b[z, k, j], axis=k), name=name, tag="matmul"
-    )
