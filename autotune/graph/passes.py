@@ -97,6 +97,10 @@ def _type_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node
     outs = d.infer(n, in_types, in_consts)
     for o, t in zip(n.outputs, outs):
         if o:
+            if 0 in t.shape:
+                raise GraphError(
+                    f"{n.op} node {n.name!r}: its result {t} is empty (a 0-sized dim): not compiled"
+                )
             types[o] = t
     nodes.append(n)
 

@@ -482,14 +482,17 @@ def _cast_to(node: Node, types: Types) -> np.dtype:
     return onnx_dtype(node.attrs.get("to", 1))
 
 
-def _cast_np(x: np.ndarray, to: np.dtype) -> np.ndarray:
+def _cast_np(x: np.ndarray, to: np.dtype, saturate: bool = True) -> np.ndarray:
+    if to.name.startswith("float8_e8m0"):
+        raise GraphError(f"a cast to {to.name} (a scale-only type) is not folded")
     if x.dtype.kind == "f" and to.kind in "iu":
         return np.trunc(x).astype(to)
+    if saturate and to.name.startswith("float8") and x.dtype.kind == "f":
+        import ml_dtypes
+
+        top = float(ml_dtypes.finfo(to).max)
+        x = np.where(np.isnan(x), x, np.clip(x, -top, top))  # ONNX's saturate=1, infinities included
     return x.astype(to)
-
-
-def _check_cast(node: Node) -> str | None:
-    return "saturate=0" if node.attrs.get("saturate", 1) == 0 else None
 
 
 class _Cast:
@@ -510,9 +513,10 @@ class _Cast:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
+        sat = bool(node.attrs.get("saturate", 1))
         if node.op == "CastLike":
-            return [_cast_np(x, np.asarray(xs[1]).dtype)]
-        return [_cast_np(x, onnx_dtype(node.attrs.get("to", 1)))]
+            return [_cast_np(x, np.asarray(xs[1]).dtype, sat)]
+        return [_cast_np(x, onnx_dtype(node.attrs.get("to", 1)), sat)]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
@@ -532,5 +536,5 @@ class _Cast:
         return nd_compute(x.shape, body, name, "elementwise")
 
 
-register("Cast", ELEMWISE, _check_cast)(_Cast)
-register("CastLike", ELEMWISE, _check_cast)(_Cast)
+register("Cast", ELEMWISE)(_Cast)
+register("CastLike", ELEMWISE)(_Cast)

@@ -602,7 +602,11 @@ class _SpaceToDepth:
         return nd_compute((n, c * bs * bs, h // bs, w // bs), fn, name, "injective")
 
 
-register("SpaceToDepth", INJECTIVE)(_SpaceToDepth)
+register(
+    "SpaceToDepth",
+    INJECTIVE,
+    lambda n: None if n.attrs.get("mode", "DCR") == "DCR" else f"mode={n.attrs['mode']!r}",
+)(_SpaceToDepth)
 
 
 # --- Trilu --------------------------------------------------------------------------------------------

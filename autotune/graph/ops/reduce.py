@@ -82,7 +82,10 @@ def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.
     n = math.prod(x.shape[d] for d in axes)
     if op in ("ReduceMax", "ReduceMin"):
         r, at = reduced(
-            x, axes, T.max_reduce if op == "ReduceMax" else T.min_reduce, lambda i: x[tuple(i)],
+            x,
+            axes,
+            T.max_reduce if op == "ReduceMax" else T.min_reduce,
+            lambda i: x[tuple(i)],
             name + ("_max" if op == "ReduceMax" else "_min"),
         )
         return r, lambda i: r[at(i)]
@@ -120,7 +123,13 @@ def _reduce_def(op: str) -> type:
             axes = reduce_axes(node, len(x.shape), consts)
             if axes is None:
                 return [x]
-            return [TensorType(_reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1))), x.dtype)]
+            shape = _reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1)))
+            if not shape and consts[0] is None:
+                raise GraphError(
+                    f"{op} node {node.name!r}: a run-time reduction to a 0-d value (keepdims=0 over "
+                    "every axis) is not compiled"
+                )
+            return [TensorType(shape, x.dtype)]
 
         @staticmethod
         def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:

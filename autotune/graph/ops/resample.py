@@ -91,8 +91,9 @@ def _source_coord(node: Any, x: Any, size: int, out: int, scale: float) -> Any:
         return (x + 0.5) / scale - 0.5
     if ct == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if out > 1 else x * 0.0
-    if ct == "align_corners":
-        return x * ((size - 1) / (out - 1)) if out > 1 else x * 0.0
+    if ct == "align_corners":  # the resized length is size * scale, not rounded (as ONNX defines it)
+        length = size * scale
+        return x * ((size - 1) / (length - 1)) if out > 1 and length != 1 else x * 0.0
     if ct == "tf_half_pixel_for_nn":
         return (x + 0.5) / scale
     return x / scale  # asymmetric
