@@ -206,6 +206,15 @@ def open_readonly(path: Path) -> sqlite3.Connection:
     work (a WAL file in a directory this process may not write, so the -shm index cannot be made),
     immutable=1, which reads the main file as it is and creates nothing beside it."""
     base = path.resolve().as_uri()
+    if not Path(f"{path}-wal").exists():
+        # no writer has un-checkpointed pages: read the main file as it is. (mode=ro on a WAL
+        # database with no -wal file would create -wal and -shm beside it and could not remove them)
+        try:
+            conn = sqlite3.connect(f"{base}?mode=ro&immutable=1", uri=True, timeout=30.0)
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.Error:
+            pass
     try:
         conn = sqlite3.connect(f"{base}?mode=ro", uri=True, timeout=30.0)
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()

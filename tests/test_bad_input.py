@@ -29,14 +29,7 @@ _spec.loader.exec_module(faults)
 MAINS = {"tune": tune.main, "compile": compile_cli.main, "bench": bench.main}
 # need a DB with measurements of this machine (the subprocess suite tunes one; here it is left out)
 NEEDS_TUNED_ROWS = {"bench: DB with records of another machine only"}
-# refused after a read-only open, which leaves X.db-wal and X.db-shm beside a WAL-mode DB that had
-# none (records.schema.open_readonly's mode=ro connection cannot remove them when it closes)
-READONLY_OPEN_LEAVES_FILES = {"bench: DB without workloads"}
-IN_PROCESS = [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="a read-only open leaves -wal/-shm"))
-    if c.name in READONLY_OPEN_LEAVES_FILES else c
-    for c in faults.all_cases() if c.tool in MAINS and c.name not in NEEDS_TUNED_ROWS
-]
+IN_PROCESS = [c for c in faults.all_cases() if c.tool in MAINS and c.name not in NEEDS_TUNED_ROWS]
 SUBPROCESS = ["tune: seed -1", "tune: shape 3000000000,1,1", "compile: missing DB",
               "bench --model: truncated file", "bench_search: tuner options not JSON"]
 
