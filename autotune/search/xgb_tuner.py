@@ -73,7 +73,7 @@ class ModelTuner:
         self.own_share = own_share  # the task's own samples weigh this many times all transfer data
         self.novel = novel  # share of the model's picks kept `diversity` knobs from every measured config
         # measure those first: they hit as often as the top picks, and measured first they cut the
-        # trials to the target on the replay set (docs/cost_model.md, session 20)
+        # trials to the target on the replay set (docs/cost_model.md)
         self.novel_first = novel_first
         # the last `endgame` share of the trial budget (context.budget) only exploits: no random or
         # novel picks, and half the model's picks are neighbours of the fastest measured configs
