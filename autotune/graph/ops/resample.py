@@ -99,17 +99,21 @@ def _source_coord(node: Any, x: Any, size: int, out: int, scale: float) -> Any:
     return x / scale  # asymmetric
 
 
+def nearest(mode: str, v: Any, floor: Any, ceil: Any) -> Any:
+    """``v`` rounded as Resize's ``nearest_mode`` says, with ``floor`` / ``ceil`` of numpy or of te."""
+    if mode == "round_prefer_floor":
+        return ceil(v - 0.5)
+    if mode == "round_prefer_ceil":
+        return floor(v + 0.5)
+    return floor(v) if mode == "floor" else ceil(v)
+
+
 def _axis_taps(node: Any, size: int, out: int, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per output position along one axis: (first index, second index, weight of the second)."""
     x = _source_coord(node, np.arange(out, dtype=np.float64), size, out, scale)
     if _attr(node, "mode", "nearest") == "nearest":
         nm = _attr(node, "nearest_mode", "round_prefer_floor")
-        r = {
-            "round_prefer_floor": lambda v: np.ceil(v - 0.5),
-            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
-            "floor": np.floor,
-            "ceil": np.ceil,
-        }[nm](x)
+        r = nearest(nm, x, np.floor, np.ceil)
         i = np.clip(r, 0, size - 1).astype(np.int64)
         return i, i, np.zeros(out)
     x = np.clip(x, 0, size - 1)
@@ -154,12 +158,7 @@ class _Resize:
             c = _source_coord(node, T.cast("float32", v), x.shape[d], out[d], scale[d])
             top = x.shape[d] - 1
             if not linear:
-                r = {
-                    "round_prefer_floor": lambda e: T.ceil(e - 0.5),
-                    "round_prefer_ceil": lambda e: T.floor(e + 0.5),
-                    "floor": T.floor,
-                    "ceil": T.ceil,
-                }[nm](c)
+                r = nearest(nm, c, T.floor, T.ceil)
                 i = T.min(T.max(T.cast("int32", r), 0), top)
                 return i, i, T.cast("float32", 0)
             c = T.min(T.max(c, 0.0), float(top))
