@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
 # Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
-#   PHASE: smoke | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
+#   PHASE: smoke | tests | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
 #          | model (tune zoo:resnet18 for MODEL_TRIALS on the GPU, bench the CUDA module vs PyTorch;
 #            PYTEST_S=0 skips its tests; BENCH_S=0 skips the op bench after tune)
 # Writes logs and JSON under $OUT.
@@ -27,8 +27,12 @@ if [ "$phase" = smoke ]; then
   timeout 60 python3 scripts/tune.py --target cuda --op add_relu_mul --shape 8192,8192 --trials 10 --db "$DB" --json --no-progress 2>&1 | tail -3
   timeout 100 python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 5 --min-repeat-ms 20 2>&1 | tee "$OUT/bench_smoke.txt" | tail -12
 fi
-if [ "$phase" = full ]; then
-  timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+GPU_TESTS="tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py
+  tests/test_tensorcore.py tests/test_torch_frontend.py"
+if [ "$phase" = full ] || [ "$phase" = tests ]; then
+  # every test by name with its outcome (-rA), the whole log kept
+  timeout ${PYTEST_S:-150} python3 -m pytest -v -rA -p no:cacheprovider $GPU_TESTS > "$OUT/pytest_gpu.txt" 2>&1
+  tail -4 "$OUT/pytest_gpu.txt"
 fi
 if [ "$phase" = long ]; then
   timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
@@ -49,12 +53,13 @@ if [ "$phase" = model ]; then
 fi
 if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}
-  # SPECS: space-separated op:shape[:seconds] (seconds defaults to STEP_S)
+  # SPECS: space-separated op:shape[:seconds[:precision]] (seconds defaults to STEP_S, precision to fp32)
   SPECS=${SPECS:-"matmul:1024,1024,1024 matmul:2048,2048,2048 matmul:4096,4096,4096 dense_bias_gelu:128,3072,768
     conv2d:1,64,56,56,64,3,3,1,1 add_relu_mul:8192,8192 softmax:8192,8192 layernorm:8192,8192"}
   for spec in $SPECS; do
-    IFS=: read -r op shape secs <<< "$spec"; secs=${secs:-${STEP_S:-60}}
-    timeout $(( secs + 60 )) python3 scripts/tune.py --target cuda --op "$op" --shape "$shape" --trials $T --time-budget "$secs" \
+    IFS=: read -r op shape secs prec <<< "$spec"; secs=${secs:-${STEP_S:-60}}
+    timeout $(( secs + 60 )) python3 scripts/tune.py --target cuda --op "$op" --shape "$shape" --precision "${prec:-fp32}" \
+      --trials $T --time-budget "$secs" \
       --db "$DB" --json --no-progress --strategy ${STRATEGY:-random} --batch-size ${BATCH:-16} 2>&1 | tail -1 | tee -a "$OUT/tune.jsonl"
   done
 fi

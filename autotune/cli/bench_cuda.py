@@ -1,7 +1,8 @@
 """bench.py on a CUDA target: best-known schedules against PyTorch (cuBLAS / cuDNN / eager), same run.
 
 PyTorch is imported only here (it is on the GPU machine, not a dependency of the project); TF32 is
-switched off so both sides compute in plain fp32, and each baseline is timed under both
+on only for TF32 products and off otherwise, so both sides compute in the same precision (16-bit
+products run on torch tensors of that dtype), and each baseline is timed under both
 ``cudnn.benchmark`` settings, the faster counting (see ``graph.torch_eager.fastest_cudnn_mode``).
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from records import MeasurementRecord, TuningDatabase
 
-from ..graph.torch_eager import fastest_cudnn_mode, strict_fp32
+from ..graph.torch_eager import fastest_cudnn_mode
 from ..measure.cuda_runner import CudaRunOptions
 from ..program import build_cuda_program
 from ..schedule import step_from_dict
@@ -64,7 +65,23 @@ def torch_baseline(wl: Workload) -> Callable[..., Any] | None:
         "add_relu_mul": lambda a, b, c: torch.relu(a + b) * c,
         "bias_add_relu": lambda x, b: torch.relu(x + b),
     }
+    if wl.name == "gemm":
+        return table[p["kind"]]
     return table.get(wl.name)
+
+
+def torch_precision(torch: Any, wl: Workload) -> None:
+    """cuBLAS/cuDNN in the workload's precision: TF32 on only for a ``tf32`` product."""
+    tf32 = wl.params.get("precision") == "tf32" if wl.name == "gemm" else False
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def to_torch(torch: Any, a: np.ndarray) -> Any:
+    """A numpy input on the GPU as a torch tensor of the same dtype (bfloat16 through its bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(a).cuda()
 
 
 def time_torch(fn: Callable[..., Any], args: list, repeat: int, min_repeat_ms: float) -> list[float]:
@@ -101,9 +118,9 @@ def bench_cuda_record(
     """One JSON row: ours vs PyTorch eager on the same fresh inputs."""
     import torch
 
-    strict_fp32(torch)
     info = db.workload(rec.workload_key) or {}
     wl = workload_from_description(info["description"])
+    torch_precision(torch, wl)
     row: dict = {
         "workload": workload_label(wl),
         "workload_key": wl.key,
@@ -133,7 +150,7 @@ def bench_cuda_record(
     )
     fn = torch_baseline(wl)
     if fn is not None:
-        targs = [torch.from_numpy(a).cuda() for a in inputs]
+        targs = [to_torch(torch, a) for a in inputs]
         out = fn(*targs)
         torch_err = float(np.max(np.abs(out.double().cpu().numpy() - reference[0])))
         mode, by_mode = fastest_cudnn_mode(
