@@ -214,7 +214,7 @@ def _tensor_core_program(workload: Workload, view, step, target: Target) -> Cuda
     if tile.split_k > 1:
         total = view.batch * view.m * view.n
         plans.append(CudaKernelPlan(splitk_name(name), (-(-total // 256), 1, 1), (256, 1, 1),
-                                    (heap[0].name, args[-1].name)))
+                                    (heap[0].name, *(b.name for b in args))))
     text = f"tensorized {view} with {tile}"
     return CudaSource(render_cuda(view, tile, name), tuple(plans), tuple(args + heap), len(args), text)
 

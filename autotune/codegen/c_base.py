@@ -49,6 +49,17 @@ _FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
 
+def math_call(name: str, args: list[str], dtype: str) -> str:
+    """C (and CUDA) text of a te math function (``te.expr.Call``) on ``args`` in ``dtype``."""
+    suffix = "f" if dtype == "float32" else ""
+    one = "1.0f" if dtype == "float32" else "1.0"
+    if name == "rsqrt":
+        return f"({one} / sqrt{suffix}({args[0]}))"
+    if name == "sigmoid":
+        return f"({one} / ({one} + exp{suffix}(-({args[0]}))))"
+    return f"{name}{suffix}({', '.join(args)})"
+
+
 class CStyleRenderer:
     """Renders a PrimFunc as C-family source. Integer division assumes non-negative operands."""
 
@@ -167,13 +178,7 @@ class CStyleRenderer:
         return text + "f" if dtype == "float32" else text
 
     def call(self, name: str, args: list[str], dtype: str) -> str:
-        suffix = "f" if dtype == "float32" else ""
-        one = "1.0f" if dtype == "float32" else "1.0"
-        if name == "rsqrt":
-            return f"({one} / sqrt{suffix}({args[0]}))"
-        if name == "sigmoid":
-            return f"({one} / ({one} + exp{suffix}(-({args[0]}))))"
-        return f"{name}{suffix}({', '.join(args)})"
+        return math_call(name, args, dtype)
 
     def bound_loop(self, s: For, depth: int, index: str, launched: int) -> list[str]:
         """A loop bound to a hardware index (``blockIdx``/``threadIdx``, or an emulation's thread

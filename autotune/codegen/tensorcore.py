@@ -62,6 +62,15 @@ class GemmView:
     # the output element of (at_row, at_col, at_b) when C is not [batch][m][n]
     c_offset: str | None = None
     a_arg: int = 0  # which input A is (B is the other)
+    # the output element as C text of the product's value ``at_v`` (and the inputs, at_row,
+    # at_col, at_b): bias, activation, residual fused after the product; None stores the product
+    epilogue: str | None = None
+    # the kernel's inputs in0, in1, ... (default: the two operands in the product's dtype)
+    in_dtypes: tuple[str, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.in_dtypes or (self.dtype, self.dtype)
 
     @property
     def esz(self) -> int:
@@ -310,7 +319,8 @@ class _Body:
             f"for (int i = 0; i < {mi}; ++i) for (int j = 0; j < {ni}; ++j) for (int c = 0; c < 4; ++c) {{",
             f"  const int at_row = at_bm + at_wm * {t.warp_m} + i * 16 + at_g + (c >> 1) * 8;",
             f"  const int at_col = at_bn + at_wn * {t.warp_n} + j * 8 + at_q * 2 + (c & 1);",
-            f"  if (at_row < {v.m} && at_col < {v.n}) {dst}[{off}] = at_acc[i][j][c];",
+            f"  if (at_row < {v.m} && at_col < {v.n}) {{ const float at_v = at_acc[i][j][c]; "
+            f"{dst}[{off}] = {v.epilogue if v.epilogue and t.split_k == 1 else 'at_v'}; }}",
             "}",
         ]
         return body
@@ -351,9 +361,16 @@ _CUDA_MMA = {
 
 
 def _store_sum(view: GemmView) -> str:
-    """The split-K sum ``at_s`` of element ``at_e`` of batch ``at_b`` stored to the output."""
+    """The split-K sum ``at_v`` of element ``at_e`` of batch ``at_b`` stored to the output (through
+    the epilogue)."""
     off = view.c_offset or f"(size_t)at_b * {view.m * view.n} + at_e"
-    return f"{{ const int at_row = at_e / {view.n}, at_col = at_e % {view.n}; (void)at_row; (void)at_col; C[{off}] = at_s; }}"
+    return (f"{{ const int at_row = at_e / {view.n}, at_col = at_e % {view.n}; (void)at_row; (void)at_col; "
+            f"C[{off}] = {view.epilogue or 'at_v'}; }}")
+
+
+def _params(view: GemmView) -> str:
+    """The kernel's input parameters ``in0, in1, ...`` in their storage types."""
+    return ", ".join(f"const {_CTYPE[d]}* __restrict__ in{i}" for i, d in enumerate(view.inputs))
 
 
 def _conversions(view: GemmView, backend: str) -> str:
@@ -370,13 +387,12 @@ def splitk_name(name: str) -> str:
 
 
 def render_cuda(view: GemmView, tile: TensorCoreTile, name: str) -> str:
-    """The CUDA source: the tensor-core kernel ``name(A, B, C[, workspace])`` and, with split-K,
-    ``name_splitk(workspace, C)`` summing the parts."""
+    """The CUDA source: the tensor-core kernel ``name(inputs.., C[, workspace])`` and, with
+    split-K, ``name_splitk(workspace, inputs.., C)`` summing the parts (and applying the epilogue)."""
     body = _Body(view, tile)
-    t = _CTYPE[view.dtype]
     head = (CUDA_PRELUDE + _CUDA_PRIMS + _CUDA_MMA[view.kstep].format(t=_PTX_TYPE.get(view.dtype, ""))
             + _conversions(view, "cuda"))
-    params = f"const {t}* __restrict__ in0, const {t}* __restrict__ in1, float* __restrict__ C"
+    params = f"{_params(view)}, float* __restrict__ C"
     if tile.split_k > 1:
         params += ", float* __restrict__ at_ws"
     lines = [
@@ -390,12 +406,12 @@ def render_cuda(view: GemmView, tile: TensorCoreTile, name: str) -> str:
         total = view.batch * view.m * view.n
         lines += [
             f'extern "C" __global__ void __launch_bounds__(256) {splitk_name(name)}('
-            "const float* __restrict__ at_ws, float* __restrict__ C) {",
+            f"const float* __restrict__ at_ws, {_params(view)}, float* __restrict__ C) {{",
             "  const int at_i = blockIdx.x * 256 + threadIdx.x;",
             f"  if (at_i >= {total}) return;",
             f"  const int at_b = at_i / {view.m * view.n}, at_e = at_i % {view.m * view.n};",
-            "  float at_s = 0.0f;",
-            f"  for (int p = 0; p < {tile.split_k}; ++p) at_s += at_ws[((size_t)at_b * {tile.split_k} + p) * "
+            "  float at_v = 0.0f;",
+            f"  for (int p = 0; p < {tile.split_k}; ++p) at_v += at_ws[((size_t)at_b * {tile.split_k} + p) * "
             f"{view.m * view.n} + at_e];",
             f"  {_store_sum(view)}",
             "}",
@@ -478,7 +494,7 @@ static inline uint32_t at_tf32_bits(float x) {{ float r = at_tf32(x); uint32_t u
 
 
 def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
-    """C with ``void name(void** args)`` (args: A, B, C): the same kernel body, blocks in turn,
+    """C with ``void name(void** args)`` (args: the inputs, then C): the same kernel body, blocks in turn,
     each an OpenMP team of ``tile.threads`` threads executing the warp instructions per lane."""
     body = _Body(view, tile)
     T = tile.threads
@@ -486,12 +502,12 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
     a_chunks = body.a_rows * body.a_len // body.epc
     b_chunks = body.b_rows * body.b_len // body.epc
     queue = tile.stages * (math.ceil(a_chunks / T) + math.ceil(b_chunks / T)) + 1
-    t = _CTYPE[view.dtype]
     smem = shared_bytes(view, tile)
+    ins = " ".join(f"const {_CTYPE[d]}* in{i} = (const {_CTYPE[d]}*)args[{i}];" for i, d in enumerate(view.inputs))
     lines = [
-        C_PRELUDE + _emulation_prims(view, tile, queue) + _conversions(view, "c"),
+        C_PRELUDE + _emulation_prims(view, tile, queue) + _conversions(view, "c") + "#include <math.h>\n",
         f"void {name}(void** args) {{",
-        f"  const {t}* in0 = (const {t}*)args[0]; const {t}* in1 = (const {t}*)args[1]; float* C = (float*)args[2];",
+        f"  {ins} float* C = (float*)args[{len(view.inputs)}];",
         f"  unsigned char* at_smem = (unsigned char*)aligned_alloc(128, {smem + (-smem) % 128});",
         f"  const unsigned char** at_xp = (const unsigned char**)malloc(sizeof(void*) * 2 * {T});",
         f"  uint32_t (*at_xm)[8] = (uint32_t (*)[8])malloc(sizeof(uint32_t) * 16 * {T});",
@@ -513,8 +529,8 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
         mn = view.m * view.n
         lines += [
             f"  for (int at_b = 0; at_b < {view.batch}; ++at_b) for (int at_e = 0; at_e < {mn}; ++at_e) {{",
-            "    float at_s = 0.0f;",
-            f"    for (int p = 0; p < {tile.split_k}; ++p) at_s += at_ws[((size_t)at_b * {tile.split_k} + p) * {mn} + at_e];",
+            "    float at_v = 0.0f;",
+            f"    for (int p = 0; p < {tile.split_k}; ++p) at_v += at_ws[((size_t)at_b * {tile.split_k} + p) * {mn} + at_e];",
             f"    {_store_sum(view)}",
             "  }",
             "  free(at_ws);",
