@@ -7,6 +7,10 @@ import json
 import os
 import platform
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .backends import TargetBackend
 
 _ISA_FLAGS = (
     "sse4_2",
@@ -32,16 +36,16 @@ class Target:
     key: str = ""
 
     @property
+    def backend(self) -> TargetBackend:
+        """The backend of this target's kind (space, renderer, builder, runner, module builder)."""
+        from .backends import backend_for
+
+        return backend_for(self.kind)
+
+    @property
     def vector_lanes(self) -> int:
         """float32 lanes of the widest SIMD unit the fingerprint reports."""
-        if self.kind == "cuda":
-            return 4  # float4: 16-byte loads and stores
-        isa = set(self.fingerprint.get("isa", ()))
-        if "avx512f" in isa:
-            return 16
-        if "avx" in isa or "avx2" in isa:
-            return 8
-        return 4
+        return self.backend.vector_lanes(self.fingerprint)
 
     @property
     def accumulator_registers(self) -> int:
@@ -55,10 +59,7 @@ class Target:
         return int(self.fingerprint.get("cores", 1))
 
     def describe(self) -> str:
-        fp = self.fingerprint
-        if self.kind == "cpu":
-            return f"cpu {fp.get('model', '?')} ({fp.get('cores')} cores, {'+'.join(fp.get('isa', []))})"
-        return f"{self.kind} {fp.get('name', '?')}"
+        return self.backend.describe(self.fingerprint)
 
 
 def _cpu_model_and_flags() -> tuple[str, list[str]]:
@@ -75,15 +76,22 @@ def _cpu_model_and_flags() -> tuple[str, list[str]]:
     return model, [f for f in _ISA_FLAGS if f in flags]
 
 
-# Fingerprint fields that name software versions, not hardware: records of a target that differs from
-# this machine's only in these are the nearest compatible ones (same CPU and ISA, or the same GPU and
-# arch, with another compiler or driver), used where there are no exact records.
-VERSION_FIELDS = {"cpu": ("compiler",), "cuda": ("driver_version", "nvcc")}
+def version_fields(kind: str) -> tuple[str, ...]:
+    """Fingerprint fields that name software versions, not hardware (the backend's): records of a
+    target that differs from this machine's only in these are the nearest compatible ones (same CPU
+    and ISA, or the same GPU and arch, with another compiler or driver), used where there are no
+    exact records."""
+    from .backends import UnknownTargetKind, backend_for
+
+    try:
+        return backend_for(kind).version_fields
+    except UnknownTargetKind:
+        return ()
 
 
 def hardware_of(kind: str, fingerprint: dict) -> dict:
-    """The fingerprint without its software versions (VERSION_FIELDS)."""
-    return {k: v for k, v in fingerprint.items() if k not in VERSION_FIELDS.get(kind, ())}
+    """The fingerprint without its software versions (version_fields)."""
+    return {k: v for k, v in fingerprint.items() if k not in version_fields(kind)}
 
 
 def nearest_records_target(db, target: Target) -> tuple[Target, str]:  # noqa: ANN001 - a TuningDatabase
@@ -107,7 +115,7 @@ def nearest_records_target(db, target: Target) -> tuple[Target, str]:  # noqa: A
     other = best[1]
     theirs, ours = other["fingerprint"], target.fingerprint
     diffs = [f"{k} {theirs.get(k, '?')!r} (here {ours.get(k, '?')!r})"
-             for k in VERSION_FIELDS.get(target.kind, ()) if theirs.get(k) != ours.get(k)]
+             for k in version_fields(target.kind) if theirs.get(k) != ours.get(k)]
     note = (f"no records for this exact target; using those of the nearest compatible target "
             f"{other['key']} (same hardware, {'; '.join(diffs) or 'other versions'}); "
             f"--exact-target refuses them")

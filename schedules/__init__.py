@@ -5,16 +5,8 @@ from .space import ChoiceKnob, Config, SearchSpace, SplitKnob, factorizations
 
 
 def make_space(workload, target) -> SearchSpace:  # noqa: ANN001 - Workload, Target
-    """The search space of ``workload`` on ``target``."""
-    if target.kind == "cpu":
-        return cpu_space(workload, target)
-    if target.kind == "cuda":
-        from .cuda import cuda_space
-        from .tensorcore import tensor_core_space
-
-        # a product in float16/bfloat16/TF32 runs on tensor cores
-        return tensor_core_space(workload, target) or cuda_space(workload, target)
-    raise NotImplementedError(f"no schedule space for target {target.kind!r} yet")
+    """The search space of ``workload`` on ``target`` (its backend's space generator)."""
+    return target.backend.make_space(workload, target)
 
 
 __all__ = [

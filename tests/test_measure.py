@@ -407,13 +407,12 @@ def test_parallel_render_matches_serial(monkeypatch: pytest.MonkeyPatch) -> None
     rng = np.random.default_rng(3)
     steps = [space.steps(space.sample(rng)) for _ in range(5)]
     steps.append(steps[0][:1] + [steps[0][1]] * 2)  # an illegal schedule: the same cache twice
-    backend = measure_batch.make_backend(target, None, None)
-    serial = measure_batch.render_all(backend, wl, steps)
+    serial = measure_batch.render_all(target, wl, steps)
     from autotune import parallel
 
     monkeypatch.setattr(parallel, "MIN_CORES", 1)
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: 3)
-    forked = measure_batch.render_all(backend, wl, steps)
+    forked = measure_batch.render_all(target, wl, steps)
     assert isinstance(serial[-1], measure_batch.ScheduleError)
     assert isinstance(forked[-1], measure_batch.ScheduleError) and str(forked[-1]) == str(serial[-1])
     assert [(n, s, p) for n, s, p in forked[:-1]] == [(n, s, p) for n, s, p in serial[:-1]]

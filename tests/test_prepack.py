@@ -9,13 +9,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+from autotune.backends.cpu import COLD_REPEAT
 from autotune.ir.nodes import Allocate, For, IfThen, Load, Prefetch, Seq, Store, VLoad, VStore
 from autotune.ir.passes import _walk_deep
 from autotune.measure import Builder, CpuRunner, RunOptions
 from autotune.prepack import PrepackSpec, prepack_array
 from autotune.program import build_program
 from autotune.schedule import ScheduleError
-from autotune.search.measure_batch import COLD_REPEAT, WorkloadMeasurer
+from autotune.search.measure_batch import WorkloadMeasurer
 from autotune.target import cpu_target
 from autotune.te import library
 from autotune.te.expr import Binary, Compare, IntImm, Select, Var

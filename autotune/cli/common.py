@@ -15,9 +15,10 @@ from typing import Callable, NoReturn, Sequence
 from records import RecordsError, TuningDatabase
 from records.schema import SQLITE_HEADER, check_connection
 
-from ..target import Target, cpu_target, cuda_target, nearest_records_target
+from ..backends import UnknownTargetKind, backend_for, kinds
+from ..target import Target, nearest_records_target
 
-TARGETS = ("cpu", "cuda")
+TARGETS = kinds()
 SEED_MAX = 2**32 - 1  # numpy, scikit-learn and XGBoost all take a seed in 0 .. 2**32-1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -169,28 +170,14 @@ def _vet_without_writing(path: Path) -> None:
 
 
 def resolve_target(kind: str) -> Target:
-    if kind == "cpu":
-        return cpu_target()
-    if kind == "cuda":
-        from ..measure.cuda_builder import nvcc_version
-        from ..measure.cuda_device import query_device
-
-        try:
-            device = query_device()
-        except RuntimeError as err:
-            raise UsageError(str(err).splitlines()[0]) from None
-        device["nvcc"] = nvcc_version()
-        return cuda_target(device)
-    raise UsageError(f"unknown target {kind!r}; valid targets: {', '.join(TARGETS)}")
+    """This machine's target of a kind (its backend's), or one line naming the valid kinds."""
+    try:
+        return backend_for(kind).resolve()
+    except (UnknownTargetKind, RuntimeError) as err:
+        raise UsageError(str(err).splitlines()[0]) from None
 
 
 def measure_tools(target: Target) -> tuple:
-    """(builder, runner) for a target: gcc + CPU worker, or nvcc for the device's arch + GPU worker."""
-    from ..measure import Builder, CpuRunner
-
-    if target.kind == "cuda":
-        from ..measure.cuda_builder import CudaBuilder, CudaBuildOptions
-        from ..measure.cuda_runner import CudaRunner
-
-        return CudaBuilder(CudaBuildOptions(arch=target.fingerprint["arch"])), CudaRunner()
-    return Builder(), CpuRunner()
+    """(builder, runner) for a target, from its backend: gcc + CPU worker, or nvcc for the device's
+    arch + GPU worker."""
+    return target.backend.make_builder(target), target.backend.make_runner(target)

@@ -87,8 +87,9 @@ def _run(args: argparse.Namespace) -> int:
         check_output(args.output)
     model = load(args.model, args.input_shape)
     target = resolve_target(args.target)
-    if args.profile and target.kind != "cpu":
-        raise UsageError("--profile times kernel calls of a CPU module; use bench.py for --target cuda")
+    if args.profile and not target.backend.profiles_modules:
+        raise UsageError("--profile times kernel calls of a CPU module; "
+                         f"use bench.py for --target {target.kind}")
     db, target, nearest = open_records(args.db, target, args.exact_target)
     try:
         module = build_module(model, target, db, args.layout, args.rerank, args.winograd)
@@ -102,8 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         copy_atomically(lib, args.output)
         lib = args.output
     entry = module.entry_name
-    how = (f"entry points {entry}_init / _run / _time: one CUDA graph per run" if target.kind == "cuda"
-           else f"entry point {entry}(void** args)")
+    how = target.backend.entry_note(entry)
     print(f"library: {lib} ({how})", flush=True)
     if args.show_entry:
         print(module.entry_source, flush=True)

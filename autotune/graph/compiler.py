@@ -21,7 +21,7 @@ import numpy as np
 from autotune.aligned import aligned_empty
 from autotune.ir.lower import c_name
 from autotune.prepack import prepack_array
-from autotune.program import CudaSource, Program, build_cuda_program, build_program, kernel_name
+from autotune.program import CudaSource, Program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
 from autotune.target import Target, cpu_target
 from records import TuningDatabase
@@ -173,9 +173,7 @@ class KernelChoice:
 
 def render(wl: Any, steps: Sequence[Step], target: Target) -> Program | CudaSource:
     """The target's program of one schedule (C for the CPU, CUDA kernels for a GPU)."""
-    if target.kind == "cuda":
-        return build_cuda_program(wl, steps, target)
-    return build_program(wl, steps, target)
+    return target.backend.render(wl, steps, target)
 
 
 _REPLAY_ERRORS = (ScheduleError, KeyError, TypeError, ValueError)  # a record today's code cannot replay
@@ -460,7 +458,7 @@ def compile_model(
         choices.append(dataclasses.replace(by_key[task.key], task=task))
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
     reranked: list[str] = []
-    if rerank > 1 and db is not None and target.kind == "cpu":  # (the profile entry is CPU only)
+    if rerank > 1 and db is not None and target.backend.profiles_modules:
         choices, reranked = _rerank(prepared, choices, target, db, backend, rerank)
     t2 = time.perf_counter()
     built = _build(prepared, choices, backend)

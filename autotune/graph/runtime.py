@@ -281,11 +281,13 @@ class CudaModuleBackend(ModuleBackend):
 
 
 def make_backend(target: Target, **kwargs: Any) -> ModuleBackend:
-    if target.kind == "cpu":
-        return CpuModuleBackend(target, **kwargs)
-    if target.kind == "cuda":
-        return CudaModuleBackend(target, **kwargs)
-    raise GraphError(f"no module backend for target {target.kind!r}")
+    """The module backend of the target's kind (autotune.backends)."""
+    from autotune.backends import UnknownTargetKind
+
+    try:
+        return target.backend.module_backend(target, **kwargs)
+    except (UnknownTargetKind, NotImplementedError):
+        raise GraphError(f"no module backend for target {target.kind!r}") from None
 
 
 class CpuExecutable:

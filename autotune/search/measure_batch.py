@@ -1,9 +1,9 @@
 """Measure configs of one workload: schedule -> source -> build (parallel) -> run (isolated worker)
--> verified result. One path for every target; a Backend holds what differs."""
+-> verified result. One path for every target; the target's backend (autotune.backends) holds what
+differs."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -13,7 +13,6 @@ import numpy as np
 
 from ..measure import Builder, CpuRunner, ErrorKind, RunOptions
 from ..parallel import fork_map
-from ..program import build_cuda_program, build_program
 from ..schedule import ScheduleError, Step
 from ..target import Target
 from ..te import Workload
@@ -33,47 +32,6 @@ class Trial:
     @property
     def mean_s(self) -> float:
         return sum(self.costs) / len(self.costs) if self.costs and self.error_kind is None else float("inf")
-
-
-COLD_REPEAT = 7  # single timed calls per cold measurement (their mean is the cost)
-
-
-class Backend:
-    """Render, build and run one schedule on one kind of target."""
-
-    def __init__(self, target: Target, builder: Any, runner: Any) -> None:
-        self.target, self.builder, self.runner = target, builder, runner
-
-    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
-        """(kernel name, source, payload for run)."""
-        raise NotImplementedError
-
-    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
-        raise NotImplementedError
-
-
-class CpuBackend(Backend):
-    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
-        prog = build_program(wl, steps, self.target)
-        return prog.kernel_name, prog.source, prog.prepack
-
-    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
-        if payload:  # pre-tiled constant operands: the worker re-lays them out, untimed
-            options = dataclasses.replace(options, prepack=payload)
-        return self.runner.run(lib_path, name, task_id, options)
-
-
-class CudaBackend(Backend):
-    def render(self, wl: Workload, steps: list[Step]) -> tuple[str, str, Any]:
-        prog = build_cuda_program(wl, steps, self.target)
-        return prog.kernels[0].name, prog.source, prog.launch_plan()
-
-    def run(self, lib_path: str, name: str, payload: Any, task_id: str, options: RunOptions) -> Any:
-        return self.runner.run(lib_path, payload, task_id, options)
-
-
-def make_backend(target: Target, builder: Any, runner: Any) -> Backend:
-    return {"cpu": CpuBackend, "cuda": CudaBackend}[target.kind](target, builder, runner)
 
 
 def tolerances(
@@ -104,6 +62,32 @@ def reduction_length(workload: Workload) -> int:
     return best
 
 
+@dataclass(frozen=True)
+class MeasureTask:
+    """What every run of one workload's kernels needs: fresh random inputs, their float64 reference,
+    the outputs' shapes and dtypes, the run options (tolerances set from the reference) and the id
+    runners know the task by."""
+
+    task_id: str
+    inputs: list[np.ndarray]
+    reference: list[np.ndarray]
+    output_specs: list[tuple[tuple[int, ...], Any]]
+    options: RunOptions
+
+
+def prepare_task(workload: Workload, target: Target, run_options: RunOptions | None = None,
+                 seed: int | None = None, label: str = "") -> MeasureTask:
+    """Fresh random inputs for every tuning session unless a seed pins them; ``label`` makes the
+    task id unique among the sessions of one workload."""
+    rng = np.random.default_rng(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
+    inputs = workload.random_inputs(rng)
+    reference = workload.run_reference(inputs)
+    rtol, atol = tolerances(reference, workload.precision, reduction_length(workload))
+    options = target.backend.run_options(workload, _with_tolerances(run_options or RunOptions(), rtol, atol))
+    specs = [(o.shape, o.dtype) for o in workload.outputs]
+    return MeasureTask(f"{workload.key}-{label}", inputs, reference, specs, options)
+
+
 class WorkloadMeasurer:
     """Holds fresh random inputs and their reference for one workload, and measures configs."""
 
@@ -117,23 +101,13 @@ class WorkloadMeasurer:
         seed: int | None = None,
     ) -> None:
         self.workload, self.target = workload, target
-        self.backend = make_backend(target, builder, runner)
+        self.backend = target.backend
         self.builder, self.runner = builder, runner
-        # fresh inputs for every tuning session unless a seed pins them
-        rng = np.random.default_rng(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
-        inputs = workload.random_inputs(rng)
-        reference = workload.run_reference(inputs)
-        rtol, atol = tolerances(reference, workload.precision, reduction_length(workload))
-        base = run_options or RunOptions()
-        self.options = _with_tolerances(base, rtol, atol)
-        if workload.const_inputs and target.kind == "cpu":
-            # a model's weights are cold when their kernel runs: time it that way
-            self.options = dataclasses.replace(
-                self.options, cold_inputs=workload.const_inputs, repeat=max(self.options.repeat, COLD_REPEAT)
-            )
-        self.task_id = f"{workload.key}-{id(self)}"
+        task = prepare_task(workload, target, run_options, seed, label=str(id(self)))
+        self.options, self.task_id = task.options, task.task_id
         self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # where measuring time goes
-        runner.set_task(self.task_id, inputs, reference, [(o.shape, o.dtype) for o in workload.outputs])
+        self.runners = 1  # runner processes whose busy time ``seconds["run"]`` sums
+        runner.set_task(self.task_id, task.inputs, task.reference, task.output_specs)
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
         """Measure a batch; yields each trial as soon as its result is known (sources rendered
@@ -141,7 +115,7 @@ class WorkloadMeasurer:
         other)."""
         rendered = []
         t0 = time.perf_counter()
-        for cfg, st, out in zip(configs, steps, render_all(self.backend, self.workload, steps)):
+        for cfg, st, out in zip(configs, steps, render_all(self.target, self.workload, steps)):
             if isinstance(out, ScheduleError):
                 yield Trial(cfg, st, (), ErrorKind.INVALID_SCHEDULE.value, str(out), 0.0)
             else:
@@ -156,24 +130,25 @@ class WorkloadMeasurer:
                 yield Trial(cfg, st, (), b.error_kind.value, b.error_msg, b.build_s)
                 continue
             t3 = time.perf_counter()
-            r = self.backend.run(b.lib_path, name, payload, self.task_id, self.options)
+            r = self.backend.run(self.runner, b.lib_path, name, payload, self.task_id, self.options)
             self.seconds["run"] += time.perf_counter() - t3
             kind = r.error_kind.value if r.error_kind is not None else None
             yield Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
 
 
-def _render_one(job: tuple[Backend, Workload], steps: list[Step]) -> Any:
-    backend, wl = job
+def render_one(job: tuple[Target, Workload], steps: list[Step]) -> Any:
+    """(name, source, payload) of one schedule, or its ScheduleError."""
+    target, wl = job
     try:
-        return backend.render(wl, steps)
+        return target.backend.measured_kernel(wl, steps, target)
     except ScheduleError as err:
         return err
 
 
-def render_all(backend: Backend, wl: Workload, steps: list[list[Step]]) -> list[Any]:
+def render_all(target: Target, wl: Workload, steps: list[list[Step]]) -> list[Any]:
     """Lower and render every schedule: (name, source, payload) or the ScheduleError. Forked
     worker processes share the work on machines with cores to spare (lowering is pure Python)."""
-    return fork_map(_render_one, (backend, wl), steps)
+    return fork_map(render_one, (target, wl), steps)
 
 
 def _with_tolerances(options: RunOptions, rtol: float, atol: float) -> RunOptions:
