@@ -1,10 +1,17 @@
 """Install the auto-tuning compiler: packages autotune, schedules, cost_model, records."""
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# the one definition of the version: autotune/__init__.py (``autotune --version`` prints it)
+INIT = (Path(__file__).parent / "autotune" / "__init__.py").read_text()
+VERSION = re.search(r'__version__ = "([^"]+)"', INIT)[1]
 
 setup(
     name="autotune",
-    version="0.1.0",
+    version=VERSION,
     description="An auto-tuning tensor compiler: tensor expressions, schedule search, measured kernels",
     python_requires=">=3.10",
     packages=find_packages(include=["autotune", "autotune.*", "schedules", "schedules.*", "cost_model",
@@ -32,6 +39,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
+            "autotune=autotune.cli.main:main",
             "autotune-tune=autotune.cli.tune:main",
             "autotune-bench=autotune.cli.bench:main",
             "autotune-compile=autotune.cli.compile:main",

@@ -118,7 +118,8 @@ def test_bench_json(tuned_db: Path) -> None:
     assert row["workload"] == "matmul[32,48,40]" and row["flops"] == 2 * 32 * 48 * 40
     assert row["speedup"] > 0 and row["ours_gflops"] > 0 and row["numpy_gflops"] > 0
     assert row["max_abs_err"] < 1e-4 and row["config"] and row["tuned"]
-    assert any(ln.startswith("matmul[32,48,40]") for ln in lines)  # the table
+    assert len(lines) == 1  # --json: stdout holds only the JSON; the table goes to stderr
+    assert any(ln.startswith("matmul[32,48,40]") for ln in proc.stderr.splitlines())
 
 
 def test_bench_bad_db(tmp_path: Path) -> None:

@@ -150,9 +150,11 @@ def test_tune_compile_bench_cli_on_a_small_mlp(tmp_path, capsys) -> None:  # noq
         compile_cli.main(["--model", MLP, "--db", db, "--check", "--json", "-o", str(tmp_path / "m.so"),
                           "--profile", "2"]) == 0
     )
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()  # --json: the JSON alone on stdout, the human lines on stderr
+    out = captured.err
     assert "4/4 fused subgraphs use tuned schedules" in out
-    summary = _last_json(out)
+    assert len(captured.out.strip().splitlines()) == 1
+    summary = _last_json(captured.out)
     assert summary["ok"] and summary["tuned_subgraphs"] == 4 and os.path.isfile(summary["library"])
     # the per-kernel profile: every call once, in order, timed, next to its task's tuning record
     prof = summary["profile"]

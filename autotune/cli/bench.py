@@ -4,7 +4,6 @@ it against the obvious numpy float32 implementation in the same run."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -31,11 +30,12 @@ from .common import (
     resolve_target,
     run_cli,
 )
+from .output import add_output_args, emit_json, with_output
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "bench.py") -> argparse.ArgumentParser:
     p = ArgParser(
-        prog="bench.py",
+        prog=prog,
         description="For every workload tuned on this machine in the records DB: build its best-known "
         "kernel, check it against the float64 reference, and time it against numpy (float32) "
         "in the same run. With --model: the whole compiled model against onnxruntime instead. "
@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=200.0,
         help="minimum duration of one repeat, in ms (default 200)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (every other line goes to stderr)")
+    add_output_args(p)
     from ..graph.cli import add_model_args, add_rerank_arg
 
     add_model_args(p)
@@ -61,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(build_parser(), _main, argv)
+def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
+    return run_cli(build_parser(prog), with_output(_main), argv)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -225,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
         db.close()
     print(format_table(rows), flush=True)
     if args.json:
-        print(json.dumps({"target": target.key, "db": args.db, "results": [r.to_json() for r in rows]}))
+        emit_json({"target": target.key, "db": args.db, "results": [r.to_json() for r in rows]})
     return 0 if all(r.error is None for r in rows) else 1
 
 
@@ -264,15 +266,6 @@ def _run_cuda(
         rows = [bench_cuda_record(rec, target, db, builder, runner, args) for rec in best]
     print(format_cuda_table(rows), flush=True)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "target": target.key,
-                    "target_kind": "cuda",
-                    "device": target.fingerprint,
-                    "db": args.db,
-                    "results": rows,
-                }
-            )
-        )
+        emit_json({"target": target.key, "target_kind": "cuda", "device": target.fingerprint,
+                   "db": args.db, "results": rows})
     return 0 if all(r.get("ok") for r in rows) else 1

@@ -5,7 +5,6 @@ module against onnxruntime."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -23,13 +22,14 @@ from .common import (
     resolve_target,
     run_cli,
 )
+from .output import add_output_args, emit_json, with_output
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "compile.py") -> argparse.ArgumentParser:
     from ..graph.cli import add_model_args, add_rerank_arg
 
     p = ArgParser(
-        prog="compile.py",
+        prog=prog,
         description="Compile a model: import, graph passes, fusion, one kernel per fused subgraph from the "
         "best schedule in the DB (a loud default where there is none), one arena, one shared library with "
         "one entry point. Exit status 2 on bad input, 1 if --check finds wrong outputs.",
@@ -48,12 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=int_in(0), metavar="RUNS", default=0,
                    help="CPU: time every kernel call inside RUNS whole model runs and print a table "
                    "(median per call, the task's tuning measurement beside it)")
-    p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON summary object on stdout (every other line goes to stderr)")
+    add_output_args(p)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(build_parser(), _run, argv, "; nothing written")
+def main(argv: list[str] | None = None, prog: str = "compile.py") -> int:
+    return run_cli(build_parser(prog), with_output(_run), argv, "; nothing written")
 
 
 def check_output(path: str) -> None:
@@ -123,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         print(format_profile(rows), flush=True)
         out["profile"] = rows
     if args.json:
-        print(json.dumps(out))
+        emit_json(out)
     return status
 
 

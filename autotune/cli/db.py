@@ -5,22 +5,22 @@ another database in."""
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 from pathlib import Path
 
 from records import RecordsError
 from records.maintenance import check, repair
 
 from .common import ArgParser, UsageError, open_db, run_cli
+from .output import add_output_args, emit_json, with_output
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "db.py") -> argparse.ArgumentParser:
     p = ArgParser(
-        prog="db.py",
+        prog=prog,
         description="Look after a tuning database. Exit status: 0 done (check: no problems), 1 check "
         "found problems, 2 bad input.",
     )
+    add_output_args(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgParser)
     c = sub.add_parser("check", help="report unreadable rows, schema drift, orphan measurements and "
                        "stale claims (read-only; exit 1 if any)")
@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="warning: %(message)s", level=logging.WARNING)
-    return run_cli(build_parser(), _run, argv, "; nothing was committed by the interrupted step")
+def main(argv: list[str] | None = None, prog: str = "db.py") -> int:
+    return run_cli(build_parser(prog), with_output(_run), argv,
+                   "; nothing was committed by the interrupted step")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
 def _check(db, args: argparse.Namespace) -> int:  # noqa: ANN001
     report = check(db)
     if args.json:
-        print(json.dumps(report.to_json()))
+        emit_json(report.to_json())
     else:
         print("\n".join(report.lines()))
     return 0 if report.ok else 1

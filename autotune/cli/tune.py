@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..search import STRATEGIES, TuneOptions, tune_workload
 from ..search.tune import workload_label
@@ -21,6 +20,7 @@ from .common import (
     run_cli,
 )
 from .limits import check_workload
+from .output import add_output_args, emit_json, with_output
 
 # The embedded default: small but representative (a GEMM, a fused dense epilogue, a convolution),
 # so a first run on a fresh machine finishes in a couple of minutes.
@@ -36,10 +36,10 @@ DEFAULT_MODEL = "zoo:mlp"
 DEFAULT_MODEL_TRIALS = 160
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
     ops = ", ".join(f"{op_spec(n).usage()}" for n in op_names())
     p = ArgParser(
-        prog="tune.py",
+        prog=prog,
         description="Tune tensor workloads by measuring generated kernels; results go to a SQLite DB. "
         "With --model, tunes every fused subgraph of an ONNX model under one --trials budget. "
         f"With no arguments, tunes the embedded default model ({DEFAULT_MODEL}, "
@@ -82,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after measuring, time the K fastest configs twice more each, interleaved; a "
                    "config measured several times counts by its median, so the best-known schedule is "
                    "the one fastest on repeat, not the luckiest run (default 3; 0: off)")
-    p.add_argument("--json", action="store_true", help="print one JSON summary object as the last line")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON summary object on stdout (every other line goes to stderr)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_output_args(p)
     from ..graph.cli import add_model_args
 
     add_model_args(p)
@@ -94,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 INTERRUPTED = "; the measurements stored so far are kept, rerun the same command to resume"
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(build_parser(), _main, argv, INTERRUPTED)
+def main(argv: list[str] | None = None, prog: str = "tune.py") -> int:
+    return run_cli(build_parser(prog), with_output(_main), argv, INTERRUPTED)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -161,8 +163,11 @@ def _run(args: argparse.Namespace) -> int:
                 flush=True,
             )
     db.close()
+    print(f"wrote {sum(s.new_trials for s in summaries)} new measurements to {args.db}; "
+          f"next: autotune bench --db {args.db}  (best-known kernels against numpy), "
+          f"autotune report --db {args.db} -o report.html", flush=True)
     if args.json:
-        print(json.dumps(_json_summary(summaries, target, args.db)))
+        emit_json(_json_summary(summaries, target, args.db))
     return 0
 
 

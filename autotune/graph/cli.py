@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import statistics
 import sys
 import time
@@ -17,6 +16,7 @@ import numpy as np
 
 from ..cli.common import UsageError, int_in, measure_tools, open_db, open_records, resolve_target
 from ..cli.limits import check_graph, check_workload
+from ..cli.output import emit_json
 from .compiler import (
     LAYOUTS,
     Prepared,
@@ -183,7 +183,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         seed=args.seed,
         batch_size=args.batch_size,
-        progress=False,
+        progress=not getattr(args, "no_progress", False),
         time_budget_s=getattr(args, "time_budget", None),
         transfer=not getattr(args, "no_transfer", False),
         early_stop=getattr(args, "early_stop", None),
@@ -201,14 +201,31 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     print(
         f"{summary.model}: {summary.trials} trials in DB for {len(summary.tasks)} tasks "
         f"({summary.new_trials} new), estimated model latency "
-        f"{'-' if est == float('inf') else f'{est * 1e3:.3f} ms'}, {summary.elapsed_s:.1f} s",
+        f"{'-' if est == float('inf') else f'{est * 1e3:.3f} ms'} (the sum of each task's best "
+        f"kernel time times its calls), {summary.elapsed_s:.1f} s",
         flush=True,
     )
+    for line in next_steps(args):
+        print(line, flush=True)
     if args.json:
         out = summary.to_json()
         out.update(target=target.key, target_kind=target.kind, db=args.db)
-        print(json.dumps(out))
+        emit_json(out)
     return 0
+
+
+def next_steps(args: argparse.Namespace) -> list[str]:
+    """The last lines of a model tuning run: what it wrote and the commands that use it."""
+    model = args.model if " " not in args.model else repr(args.model)
+    target = "" if args.target == "cpu" else f" --target {args.target}"
+    return [
+        f"wrote: {args.db} (every measurement; a rerun of this command tops it up to --trials)",
+        f"next:  autotune compile --model {model} --db {args.db}{target} --check   "
+        "(build the model from the best schedules and check it)",
+        f"       autotune bench --model {model} --db {args.db}{target}   (time it against the baseline)",
+        f"       autotune report --db {args.db} --model {model} -o report.html   (tuning curves, "
+        "schedules)",
+    ]
 
 
 def chosen_form(model: LoadedModel, target: Any, db: Any, args: argparse.Namespace) -> Prepared:
@@ -327,34 +344,30 @@ def run_model_bench(args: argparse.Namespace) -> int:
     )
     if args.json:
         s = module.summary
-        print(
-            json.dumps(
-                {
-                    "model": model.graph.name,
-                    "model_spec": model.spec,
-                    "target": target.key,
-                    "target_kind": target.kind,
-                    "db": args.db,
-                    "layout": s.layout,
-                    "latency_s": ours_s,
-                    "latency_c_s": ours_c,
-                    "baseline": "onnxruntime",
-                    "baseline_version": _ort_version(),
-                    "baseline_latency_s": ort_s,
-                    "speedup": ort_s / ours_s,
-                    "tuned_subgraphs": s.tuned_calls,
-                    "fallback_subgraphs": s.calls - s.tuned_calls,
-                    "fallback": s.fallback,
-                    "tasks": s.tasks,
-                    "tuned_tasks": s.tuned_tasks,
-                    "peak_arena_bytes": s.arena_bytes,
-                    "naive_intermediate_bytes": s.naive_bytes,
-                    "max_abs_err": err,
-                    "max_rel_err": rel,
-                    "ok": ok,
-                }
-            )
-        )
+        emit_json({
+            "model": model.graph.name,
+            "model_spec": model.spec,
+            "target": target.key,
+            "target_kind": target.kind,
+            "db": args.db,
+            "layout": s.layout,
+            "latency_s": ours_s,
+            "latency_c_s": ours_c,
+            "baseline": "onnxruntime",
+            "baseline_version": _ort_version(),
+            "baseline_latency_s": ort_s,
+            "speedup": ort_s / ours_s,
+            "tuned_subgraphs": s.tuned_calls,
+            "fallback_subgraphs": s.calls - s.tuned_calls,
+            "fallback": s.fallback,
+            "tasks": s.tasks,
+            "tuned_tasks": s.tuned_tasks,
+            "peak_arena_bytes": s.arena_bytes,
+            "naive_intermediate_bytes": s.naive_bytes,
+            "max_abs_err": err,
+            "max_rel_err": rel,
+            "ok": ok,
+        })
     return 0 if ok else 1
 
 
@@ -399,7 +412,7 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     )
     if args.json:
         s = module.summary
-        print(json.dumps({
+        emit_json({
             "model": model.graph.name, "model_spec": model.spec, "target": target.key,
             "target_kind": target.kind, "db": args.db, "layout": s.layout,
             "latency_s": ours_s, "baseline": "torch_eager", "baseline_latency_s": eager_s,
@@ -416,7 +429,7 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
             "peak_arena_bytes": s.arena_bytes, "naive_intermediate_bytes": s.naive_bytes,
             "max_abs_err": err, "max_rel_err": rel, "reference": ref_name,
             "torch_max_abs_err": t_err, "ok": ok,
-        }))
+        })
     return 0 if ok else 1
 
 

@@ -4,6 +4,7 @@ finds the results)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,11 +18,13 @@ from ..search import TuneOptions, make_tuner
 from ..search.confirm import confirm_finalists, missing_confirmations
 from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
-from ..search.tune import TuneSummary, _record, register, summarize
+from ..search.tune import TuneSummary, _progress, _record, register, summarize
 from ..target import Target
 from .compiler import Prepared
 from .scheduler import GradientScheduler
 from .tasks import Task
+
+logger = logging.getLogger("autotune.tune")
 
 
 @dataclass
@@ -120,10 +123,12 @@ class _TaskSession:
         self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)
         self.measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
         self.owner = process_owner()
+        self.errors = 0  # failed measurements of the last run()
 
     def run(self, n: int) -> int:
         """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted).
         Configs another tuner of the same DB measured or holds a claim on are skipped."""
+        self.errors = 0
         for _ in range(8):  # proposals all taken by other tuners: ask again, a few times
             proposed = self.tuner.next_batch(n)
             if not proposed:
@@ -142,6 +147,7 @@ class _TaskSession:
                 claimed_by=self.owner,
             )
             trials.append(trial)
+        self.errors = sum(1 for t in trials if t.error_kind)
         self.tuner.update([t.config for t in trials], [t.mean_s for t in trials])
         return len(trials)
 
@@ -159,11 +165,13 @@ def tune_model(
     options: TuneOptions,
     builder: Any,
     runner: Any,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logger.info,
 ) -> ModelTuneSummary:
     """Tune the tasks of ``prepared`` until the DB holds ``trials`` measurements for them in all
     (so a rerun tops up, like ``--trials`` for one op), one batch at a time where the scheduler
-    expects the model's latency to drop most."""
+    expects the model's latency to drop most. With ``options.progress``, one progress bar for the
+    budget (ETA, the model's estimated latency, errors); each batch is a debug line on the
+    ``autotune.tune`` logger."""
     start = time.perf_counter()
     tasks = model_tasks(prepared)
     sched = GradientScheduler([t.weight for t in tasks], options.batch_size, seed=options.seed)
@@ -179,7 +187,8 @@ def tune_model(
         f"{budget} to spend (batches of {options.batch_size})"
     )
     sessions: dict[int, _TaskSession] = {}
-    spent = rounds = 0
+    spent = rounds = errors = 0
+    bar = _progress(options.progress, budget, prepared[0].graph.name)
     while spent < budget:
         if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
             log(f"time budget of {options.time_budget_s:g} s used up")
@@ -205,14 +214,25 @@ def tune_model(
         mt.rounds += 1
         spent += new
         rounds += 1
+        errors += sessions[i].errors
         best = db.best(mt.task.key, target.key)
         sched.finished_round(i)
         sched.observe(i, st.trials + new, best.mean_s if best else math.inf, exhausted=new < want)
         gflops = mt.task.workload.flops / best.mean_s / 1e9 if best else 0.0
-        log(
-            f"[{spent}/{budget}] {mt.task.label} x{mt.weight}: {st.trials} trials, best "
-            f"{_ms(st.best_s)} ({gflops:.1f} GFLOP/s); model estimate {_ms(sched.estimated_latency())}"
+        estimate = _ms(sched.estimated_latency())
+        if bar is not None:
+            waiting = sum(1 for t in sched.tasks if math.isinf(t.best_s))
+            bar.update(new)
+            bar.set_postfix_str(f"model estimate {estimate}"
+                                + (f" ({waiting} of {len(tasks)} tasks not measured yet)" if waiting else "")
+                                + f", failed trials {errors}")
+        logger.debug(
+            "trials %d/%d: task %s (called %dx per run) has %d trials, best %s (%.1f GFLOP/s); "
+            "estimated model latency %s", spent, budget, mt.task.label, mt.weight, st.trials,
+            _ms(st.best_s), gflops, estimate if estimate != "-" else "- (a task has no valid result yet)",
         )
+    if bar is not None:
+        bar.close()
     confirmed = 0
     for i, mt in enumerate(tasks):  # finalists missing confirmations (this run's or a killed run's)
         if not missing_confirmations(db, mt.task.workload, target, options.confirm, options.confirm_rounds):
