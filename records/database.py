@@ -34,6 +34,7 @@ from .schema import (
     migrate,
     open_readonly,
 )
+from .views import PER_CONFIG
 
 log = logging.getLogger("records")
 
@@ -403,28 +404,9 @@ class TuningDatabase:
             self.path, len(self.skipped), names, self.path, self.path,
         )
 
-    # A config measured more than once (tuning re-measures its finalists: autotune/search/confirm.py)
-    # is ranked by the upper median of its records' mean times, so one lucky run does not make it
-    # the best; a config measured once is ranked by that record. Where some configs of a pair have
-    # confirmation records, those with the most (unconfirmed_ = 0) rank before every other: a
-    # config whose confirmations are missing (a run killed while confirming, a config measured
-    # after the last confirmation) never beats finalists that have theirs.
-    _PER_CONFIG = """SELECT c.*, (conf_ < MAX(conf_) OVER (PARTITION BY workload_key, target_key))
-                   AS unconfirmed_
-        FROM (
-            SELECT r.*, COALESCE(k.n, 0) AS conf_ FROM (
-                SELECT m.*, ROW_NUMBER() OVER (
-                           PARTITION BY workload_key, target_key, config_key ORDER BY mean_s, id) AS rn_,
-                       COUNT(*) OVER (PARTITION BY workload_key, target_key, config_key) AS n_
-                FROM measurements AS m
-                WHERE {where} error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
-            ) AS r LEFT JOIN (
-                SELECT workload_key, target_key, config_key, COUNT(*) AS n FROM measurements
-                WHERE {where} tuner = '""" + CONFIRM_LABEL + """'
-                GROUP BY workload_key, target_key, config_key
-            ) AS k USING (workload_key, target_key, config_key)
-            WHERE r.rn_ = r.n_ / 2 + 1
-        ) AS c"""
+    # how configs are ranked (a config measured several times by its median record, confirmed
+    # finalists first): records/views.py, the one definition the views share
+    _PER_CONFIG = PER_CONFIG
 
     def _fastest(self, workload_key: str, target_key: str) -> Iterator[dict[str, Any]]:
         """One row per verified, error-free config of the pair (its upper-median record), best

@@ -7,15 +7,18 @@ from enum import Enum
 from pathlib import Path
 
 from .errors import ForeignDatabaseError, RecordsError, SchemaVersionError
+from .views import NAMED_VIEWS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP_ID = "autotune-records"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 TABLES = ("meta", "workloads", "targets", "measurements", "claims", "quarantine")
 # Tables a reader needs; a schema-1 file (without claims and quarantine) can be read as it is.
 READ_TABLES = ("meta", "workloads", "targets", "measurements")
-VIEWS = ("best_measurements",)
+# Views a reader needs; a file of an older schema lacks the named ones (schema 3) and is read as it is.
+READ_VIEWS = ("best_measurements",)
+VIEWS = READ_VIEWS + tuple(NAMED_VIEWS)
 
 # Schema 2: claims (which process measures which config now, so tuners sharing a DB never measure a
 # config twice) and quarantine (rows moved aside by `scripts/db.py repair` because they cannot be read).
@@ -87,10 +90,11 @@ DDL: tuple[str, ...] = (
             FROM measurements AS m
             WHERE error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
         ) WHERE rank_ = 1""",
-) + _DDL_2
+) + _DDL_2 + tuple(NAMED_VIEWS.values())
 
-# version -> the statements that bring a file of that version to the next one
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _DDL_2}
+# version -> the statements that bring a file of that version to the next one. Schema 3: views that
+# carry names (records/views.py), for sqlite-utils and Datasette.
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _DDL_2, 2: tuple(NAMED_VIEWS.values())}
 
 
 class FileState(Enum):
@@ -168,8 +172,8 @@ def check_connection(conn: sqlite3.Connection, path: str) -> FileState:
         raise SchemaVersionError(
             f"{path} uses an older schema ({version} < {SCHEMA_VERSION}) and no migration exists"
         )
-    needed = TABLES if version == SCHEMA_VERSION else READ_TABLES
-    missing = [n for n in needed + VIEWS if n not in names]
+    needed = TABLES + VIEWS if version == SCHEMA_VERSION else READ_TABLES + READ_VIEWS
+    missing = [n for n in needed if n not in names]
     if missing:
         raise RecordsError(f"{path} is incomplete: missing {', '.join(missing)}")
     return FileState.OURS if version == SCHEMA_VERSION else FileState.OLDER

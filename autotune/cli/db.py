@@ -1,14 +1,18 @@
-"""``db.py``: look after a records database: check (unreadable rows, schema drift, orphans, stale
-claims), repair (unreadable rows moved to the quarantine table), export / import JSON lines, merge
-another database in."""
+"""``db.py``: look after a records database: show what it holds by name, check (unreadable rows,
+schema drift, orphans, stale claims), repair (unreadable rows moved to the quarantine table), export /
+import JSON lines, merge another database in, write Datasette metadata."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Callable
 
 from records import RecordsError
 from records.maintenance import check, repair
+from records.summary import summarize_database, summary_lines
+from records.views import datasette_metadata
 
 from .common import ArgParser, UsageError, open_db, run_cli
 from .output import add_output_args, emit_json, with_output
@@ -22,23 +26,33 @@ def build_parser(prog: str = "db.py") -> argparse.ArgumentParser:
     )
     add_output_args(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ArgParser)
-    c = sub.add_parser("check", help="report unreadable rows, schema drift, orphan measurements and "
-                       "stale claims (read-only; exit 1 if any)")
-    c.add_argument("db")
-    c.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    r = sub.add_parser("repair", help="move unreadable rows to the quarantine table (every column kept), "
-                       "drop stale claims, restore missing indexes and views; readable rows are untouched")
-    r.add_argument("db")
-    e = sub.add_parser("export", help="write every readable row as JSON lines")
-    e.add_argument("db")
-    e.add_argument("output", help="JSON-lines file to write")
-    i = sub.add_parser("import", help="add the rows of a JSON-lines file (all or nothing; rows already "
-                       "held are skipped)")
-    i.add_argument("db")
-    i.add_argument("input", help="JSON-lines file written by export")
-    m = sub.add_parser("merge", help="add the rows of another tuning database (left untouched)")
-    m.add_argument("db")
-    m.add_argument("other", help="the database to copy from")
+    # name -> (help, its arguments after the database: (name, help) or (flag, help, kind))
+    commands: dict[str, tuple[str, list[tuple[str, ...]]]] = {
+        "show": ("targets and workloads by name, trials and failures per workload, the best record of "
+                 "each (the one compile takes), errors by kind (read-only)",
+                 [("--json", "print it as one JSON object", "flag")]),
+        "metadata": ("write Datasette's metadata (a description of every table and view) for this "
+                     "database: datasette DB -m FILE", [("-o", "JSON file to write", "output")]),
+        "check": ("report unreadable rows, schema drift, orphan measurements and stale claims (read-only; "
+                  "exit 1 if any)", [("--json", "print the report as one JSON object", "flag")]),
+        "repair": ("move unreadable rows to the quarantine table (every column kept), drop stale claims, "
+                   "restore missing indexes and views; readable rows are untouched", []),
+        "export": ("write every readable row as JSON lines", [("output", "JSON-lines file to write")]),
+        "import": ("add the rows of a JSON-lines file (all or nothing; rows already held are skipped)",
+                   [("input", "JSON-lines file written by export")]),
+        "merge": ("add the rows of another tuning database (left untouched)",
+                  [("other", "the database to copy from")]),
+    }
+    for name, (text, extra) in commands.items():
+        c = sub.add_parser(name, help=text)
+        c.add_argument("db")
+        for arg, arg_help, *kind in extra:
+            if kind == ["flag"]:
+                c.add_argument(arg, action="store_true", help=arg_help)
+            elif kind == ["output"]:
+                c.add_argument(arg, "--output", dest="output", required=True, help=arg_help)
+            else:
+                c.add_argument(arg, help=arg_help)
     return p
 
 
@@ -50,8 +64,8 @@ def main(argv: list[str] | None = None, prog: str = "db.py") -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command not in ("import", "merge") and not Path(args.db).exists():
         raise UsageError(f"database {args.db} does not exist")
-    # check and export read (a database in a read-only place works); the others write
-    db = open_db(args.db, create=args.command not in ("check", "export"))
+    # show, check, export and metadata read (a database in a read-only place works); the others write
+    db = open_db(args.db, create=args.command not in ("show", "check", "export", "metadata"))
     try:
         return _COMMANDS[args.command](db, args)
     except RecordsError as err:
@@ -60,6 +74,39 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{err.filename or args.db}: {err.strerror or err}") from None
     finally:
         db.close()
+
+
+def _show(db, args: argparse.Namespace) -> int:  # noqa: ANN001
+    summary = summarize_database(db)
+    if args.json:
+        emit_json(summary.to_json())
+    else:
+        print("\n".join(summary_lines(summary)))
+    return 0
+
+
+def _metadata(db, args: argparse.Namespace) -> int:  # noqa: ANN001
+    meta = datasette_metadata(Path(args.db).stem)
+    _write_whole(args.output, lambda tmp: tmp.write_text(json.dumps(meta, indent=2) + "\n"))
+    print(f"{args.output}: Datasette metadata for {args.db} (datasette {args.db} -m {args.output})")
+    return 0
+
+
+def _write_whole(path: str, write: Callable[[Path], object]) -> object:
+    """Write ``path`` through a temporary file beside it: whole or not at all; a directory or a
+    missing parent is one line."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{path} is a directory; name the file to write")
+    if not out.parent.is_dir():
+        raise UsageError(f"{path}: directory {str(out.parent)!r} does not exist")
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        result = write(tmp)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result
 
 
 def _check(db, args: argparse.Namespace) -> int:  # noqa: ANN001
@@ -79,17 +126,7 @@ def _repair(db, args: argparse.Namespace) -> int:  # noqa: ANN001
 
 
 def _export(db, args: argparse.Namespace) -> int:  # noqa: ANN001
-    out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"{args.output} is a directory; name the file to write")
-    if not out.parent.is_dir():
-        raise UsageError(f"{args.output}: directory {str(out.parent)!r} does not exist")
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:  # written whole or not at all
-        n = db.export_jsonl(tmp)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    n = _write_whole(args.output, db.export_jsonl)
     print(f"{args.db}: {n} lines written to {args.output}")
     return 0
 
@@ -106,4 +143,5 @@ def _merge(db, args: argparse.Namespace) -> int:  # noqa: ANN001
     return 0
 
 
-_COMMANDS = {"check": _check, "repair": _repair, "export": _export, "import": _import, "merge": _merge}
+_COMMANDS = {"show": _show, "metadata": _metadata, "check": _check,
+             "repair": _repair, "export": _export, "import": _import, "merge": _merge}
