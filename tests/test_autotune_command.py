@@ -26,7 +26,7 @@ def test_version_and_help_name_every_command() -> None:
     assert r.returncode == 0 and r.stdout.strip() == f"autotune {autotune.__version__}"
     r = run("--help")
     assert r.returncode == 0
-    for name in ("tune", "compile", "bench", "db"):
+    for name in ("tune", "compile", "bench", "db", "report"):
         assert f"\n  {name} " in r.stdout
     r = run("tune", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: autotune tune")

@@ -1,4 +1,4 @@
-"""``autotune``: one command with subcommands (tune, compile, bench, db); each is the same
+"""``autotune``: one command with subcommands (tune, compile, bench, db, report); each is the same
 program as its script (``scripts/tune.py`` is ``autotune tune``)."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("autotune.cli.bench", "time the best-known kernels against numpy, or a model against "
               "onnxruntime (--model)"),
     "db": ("autotune.cli.db", "show, check, repair, export, import or merge a tuning database"),
+    "report": ("autotune.cli.report", "write one self-contained HTML page: tuning curves, chosen "
+               "schedules, errors, the target"),
 }
 
 
@@ -28,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autotune",
         description="An auto-tuning tensor compiler. `autotune COMMAND --help` describes each command.",
         epilog=f"commands:\n{commands}\n\nexample: autotune tune && autotune compile --model zoo:mlp "
-        "--db tuning.db --check",
+        "--db tuning.db --check && autotune report --db tuning.db -o report.html",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"autotune {__version__}")
