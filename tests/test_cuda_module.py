@@ -16,7 +16,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from autotune.graph import compile_model, zoo  # noqa: E402
-from autotune.graph.compiler import choose_schedule, prepare  # noqa: E402
+from autotune.graph.compiler import choose_schedule, load_model, prepare  # noqa: E402
 from autotune.graph.cuda_module import CudaModuleError, module_source  # noqa: E402
 from autotune.graph.memory import plan_memory  # noqa: E402
 from autotune.measure.cuda_device import has_cuda_device  # noqa: E402
@@ -79,20 +79,27 @@ def test_cuda_module_matches_onnxruntime(spec: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec,winograd",
-    [(MLP, 0), ("zoo:resnet18?image=32,width=8", 0), (BERT, 0), ("zoo:resnet18?image=32,width=8", 4)],
-    ids=["mlp", "resnet", "bert", "resnet_winograd4"],
+    "spec,winograd,precision",
+    [(MLP, 0, "fp32"), ("zoo:resnet18?image=32,width=8", 0, "fp32"), (BERT, 0, "fp32"),
+     ("zoo:resnet18?image=32,width=8", 4, "fp32"), ("zoo:resnet18?image=32,width=8", 0, "fp16"),
+     (BERT, 0, "fp16")],
+    ids=["mlp", "resnet", "bert", "resnet_winograd4", "resnet_fp16", "bert_fp16"],
 )
-def test_every_task_of_a_model_computes_right_on_the_gpu_path(spec: str, winograd: int, tmp_path: Path) -> None:  # noqa: E501
+def test_every_task_of_a_model_computes_right_on_the_gpu_path(
+    spec: str, winograd: int, precision: str, tmp_path: Path
+) -> None:
     """The kernels a CUDA module would launch (each task's default GPU schedule), run through the
     OpenMP emulation of the GPU lowering and checked against the task's float64 reference (with
-    Winograd: the transform kernels and their batched GEMMs too)."""
+    Winograd: the transform kernels and their batched GEMMs too; in fp16: the products' default
+    tensor-core kernels)."""
     from autotune.measure import Builder, BuildOptions, CpuRunner, RunOptions
     from autotune.program import build_cuda_emulation
     from autotune.search.measure_batch import tolerances
 
     target = offline_cuda_target("sm_90")
-    prepared = prepare(spec, winograd=winograd)
+    graph = load_model(spec)
+    graph.precision = precision
+    prepared = prepare(graph, winograd=winograd)
     rng = np.random.default_rng(2)
     with Builder(BuildOptions(cache_dir=tmp_path)) as builder, CpuRunner() as runner:
         for task in prepared.tasks:
@@ -108,3 +115,23 @@ def test_every_task_of_a_model_computes_right_on_the_gpu_path(spec: str, winogra
             r = runner.run(built.lib_path, prog.kernel_name, wl.key,
                            RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
             assert r.error_kind is None, (task.label, choice.config, r.error_msg)
+
+
+@needs_nvcc
+@pytest.mark.skipif(has_cuda_device(), reason="covered by the GPU test")
+def test_fp16_module_builds_with_tensor_core_kernels(tmp_path: Path) -> None:
+    """--precision fp16: the module's products are mma.sync kernels with their dynamic shared
+    memory passed at launch (opted in above 48 KiB); nvcc builds the whole module."""
+    graph = load_model("zoo:resnet18?image=32,width=8")
+    graph.precision = "fp16"
+    prepared = prepare(graph)
+    target = offline_cuda_target("sm_90")
+    choices = [choose_schedule(t, target, None) for t in prepared.tasks]
+    programs = [choices[c.task].program for c in prepared.calls]
+    src = module_source("model_x", prepared.calls, programs, prepared.graph, plan_memory(prepared.graph,
+                                                                                          prepared.calls))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
+    smem = [k.shared_bytes for p in programs for k in p.kernels if k.shared_bytes]
+    assert smem and all(f", {b}, s>>>" in src for b in smem)
+    with pytest.raises(CudaModuleError, match="loading the module"):
+        compile_model(graph, target, cache_dir=str(tmp_path), verbose=False)

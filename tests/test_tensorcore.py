@@ -238,3 +238,35 @@ def test_16_bit_tensors_through_the_generic_lowering(precision: str, kernel_buil
     assert ("__half2float(" if precision == "fp16" else "__bfloat162float(") in src
     if shutil.which("nvcc"):
         _nvcc(tmp_path, src, "sm_80")
+
+
+SMALL_MODELS = ["zoo:resnet18?image=32,width=8", "zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64"]
+
+
+@pytest.mark.parametrize("spec", SMALL_MODELS)
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_model_products_run_on_tensor_cores_with_their_epilogues(
+    spec: str, precision: str, kernel_builder, kernel_runner
+) -> None:
+    """--precision fp16/bf16: every product of the model (convolutions, dense layers, attention's
+    batched products) becomes one tensor-core kernel with its bias / activation / residual fused,
+    and each matches its float64 reference (operands rounded as the reference rounds them)."""
+    from autotune.graph.compiler import load_model, prepare
+    from autotune.schedule.tensorize import product_view
+
+    g = load_model(spec)
+    g.precision = precision
+    prepared = prepare(g, "NHWC")
+    low = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    assert any(c.dtype == low for c in prepared.graph.consts.values()), "weights were not cast once"
+    products = [t for t in prepared.tasks if {n["op"] for n in t.workload.spec["nodes"]} & {"Conv", "MatMul"}]
+    assert products and all(product_view(t.workload) is not None for t in products)
+    rng = np.random.default_rng()
+    for task in products:
+        wl = task.workload
+        space = make_space(wl, TARGET)
+        assert space.name.startswith(f"cuda/tensorcore-{precision}"), space.name
+        cfg = space.sample(rng)
+        while cfg["block_m"] * cfg["block_n"] > 64 * 64:
+            cfg = space.sample(rng)
+        assert _check(wl, cfg, kernel_builder, kernel_runner) is None, (task.label, cfg)

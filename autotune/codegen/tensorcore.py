@@ -335,7 +335,9 @@ def launch_shape(view: GemmView, tile: TensorCoreTile) -> tuple[tuple[int, int, 
 _CTYPE = {"float16": "at_half", "bfloat16": "at_bf16", "float32": "float"}
 _PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
 
-_CUDA_PRIMS = r"""#include <stdint.h>
+_CUDA_PRIMS = r"""#ifndef AT_TENSOR_CORE_PRIMS
+#define AT_TENSOR_CORE_PRIMS
+#include <stdint.h>
 __device__ __forceinline__ unsigned at_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 #define AT_TID threadIdx.x
 #define AT_BX blockIdx.x
@@ -350,12 +352,16 @@ __device__ __forceinline__ unsigned at_saddr(const void* p) { return (unsigned)_
 #define AT_LDMATRIX_X4_T(r, p) asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) : "r"(at_saddr(p)))
 __device__ __forceinline__ uint32_t at_tf32(float x) { uint32_t u; asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x)); return u; }
 #define AT_TF32(x) at_tf32(x)
+#endif
 """
 
+# per kernel (a module holds kernels of several precisions): redefined, so undefined first
 _CUDA_MMA = {
-    16: r"""#define AT_MMA(d, a, b) asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n" : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+    16: r"""#undef AT_MMA
+#define AT_MMA(d, a, b) asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n" : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 """,
-    8: r"""#define AT_MMA(d, a, b) asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n" : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
+    8: r"""#undef AT_MMA
+#define AT_MMA(d, a, b) asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n" : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"((b)[0]), "r"((b)[1]))
 """,
 }
 
@@ -375,9 +381,10 @@ def _params(view: GemmView) -> str:
 
 def _conversions(view: GemmView, backend: str) -> str:
     """AT_STORE_T / AT_FROM_FLOAT / AT_TO_FLOAT: the operands' storage type and its conversions."""
+    undef = "#undef AT_STORE_T\n#undef AT_FROM_FLOAT\n#undef AT_TO_FLOAT\n"
     if view.dtype == "float32":
-        return "#define AT_STORE_T float\n#define AT_FROM_FLOAT(x) (x)\n#define AT_TO_FLOAT(x) (x)\n"
-    return (f"#define AT_STORE_T {_CTYPE[view.dtype]}\n"
+        return undef + "#define AT_STORE_T float\n#define AT_FROM_FLOAT(x) (x)\n#define AT_TO_FLOAT(x) (x)\n"
+    return (f"{undef}#define AT_STORE_T {_CTYPE[view.dtype]}\n"
             f"#define AT_FROM_FLOAT(x) {from_float(backend, view.dtype, 'x')}\n"
             f"#define AT_TO_FLOAT(x) {to_float(backend, view.dtype, 'x')}\n")
 

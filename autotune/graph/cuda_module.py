@@ -48,6 +48,13 @@ def _workspace(prog: CudaSource) -> list[int]:
     return offsets + [total]
 
 
+def shared_memory_lines(programs: Sequence[CudaSource]) -> list[str]:
+    """Host code opting each kernel that needs more than 48 KiB of dynamic shared memory in."""
+    need = {k.name: k.shared_bytes for p in programs for k in p.kernels if k.shared_bytes > 48 * 1024}
+    return [f"  AT_CHECK(cudaFuncSetAttribute({name}, cudaFuncAttributeMaxDynamicSharedMemorySize, {b}));"
+            for name, b in sorted(need.items())]
+
+
 def launch_lines(calls: Sequence[KernelCall], programs: Sequence[CudaSource], graph: Graph,
                  plan: MemoryPlan) -> list[str]:
     """The host code that launches every kernel of every call, in order, on stream ``s``."""
@@ -64,7 +71,7 @@ def launch_lines(calls: Sequence[KernelCall], programs: Sequence[CudaSource], gr
             args = ", ".join(f"({types[p]}*)p[{index[p]}]" for p in k.params)
             grid = ", ".join(map(str, k.grid))
             block = ", ".join(map(str, k.block))
-            lines.append(f"    {k.name}<<<dim3({grid}), dim3({block}), 0, s>>>({args});")
+            lines.append(f"    {k.name}<<<dim3({grid}), dim3({block}), {k.shared_bytes}, s>>>({args});")
         lines.append("  }")
     return lines
 
@@ -121,6 +128,7 @@ extern "C" int ENTRY_init(void** host_consts, const long long* const_bytes, int 
     AT_CHECK(cudaMalloc(&M.io[i], io_bytes[i] > 0 ? io_bytes[i] : 1));
   }
   AT_CHECK(cudaStreamCreateWithFlags(&M.stream, cudaStreamNonBlocking));
+SHARED_MEMORY
   cudaGraph_t g;
   AT_CHECK(cudaStreamBeginCapture(M.stream, cudaStreamCaptureModeThreadLocal));
   at_launch_all(M.stream);
@@ -185,6 +193,7 @@ def module_source(entry: str, calls: Sequence[KernelCall], programs: Sequence[Cu
     n_io = len(graph.inputs) + len(graph.outputs)
     runtime = (
         _RUNTIME.replace("LAUNCHES", "\n".join(launch_lines(calls, programs, graph, plan)))
+        .replace("SHARED_MEMORY", "\n".join(shared_memory_lines(programs)))
         .replace("ENTRY_", f"{entry}_")
         .replace("NIO", str(max(1, n_io)))
         .replace("NIN", str(len(graph.inputs)))

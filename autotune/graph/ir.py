@@ -61,6 +61,9 @@ class Graph:
     nodes: list[Node]
     types: dict[str, TensorType]
     consts: dict[str, np.ndarray] = field(default_factory=dict)
+    # what its matrix products compute in: fp32, tf32, fp16, bf16 (``graph.precision``; a compile
+    # option the passes apply)
+    precision: str = "fp32"
 
     # --- queries ----------------------------------------------------------------------------------
     def producer(self) -> dict[str, Node]:
@@ -96,6 +99,7 @@ class Graph:
             [Node(n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.name) for n in self.nodes],
             dict(self.types),
             dict(self.consts),
+            self.precision,
         )
 
     def fresh_name(self, base: str) -> str:

@@ -684,7 +684,8 @@ def optimize(
     graph: Graph, layout: str = "NHWC", winograd: Plan = 0
 ) -> Graph:
     """The compiler's pass pipeline, in order; ``winograd`` (a tile size m for every eligible 3x3
-    convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd)."""
+    convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
+    last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(g)
     g = split_to_slices(g)
@@ -700,6 +701,9 @@ def optimize(
     if winograd:
         g = use_winograd(g, winograd)
     g = absorb_const_operands(g)
+    from .precision import apply_precision  # it runs these passes' inference again
+
+    g = apply_precision(g, g.precision)
     for n in g.nodes:
         if op_def(n.op).kind in (FOLD, REWRITE):
             raise GraphError(f"{n.op} node {n.name!r} has non-constant inputs the compiler cannot handle")

@@ -96,6 +96,9 @@ class _NotGatherable(Exception):
     pass
 
 
+_UNIT = object()  # an index 0 into an axis of extent 1 (a broadcast read of the output's element)
+
+
 class _Ctx:
     """What C text may refer to: the workload's inputs (``in<i>``), the 16-bit type the operands
     are stored in (AT_TO_FLOAT / AT_FROM_FLOAT convert it), and the product whose value an
@@ -168,14 +171,15 @@ def _read_c(e: TensorRead, env: dict, ctx: _Ctx, ident: dict) -> str:
             stride *= t.shape[d]
         read = f"in{i}[{flat}]"
         return read if t.dtype == "float32" else f"AT_TO_FLOAT({read})"
+    at = [_UNIT if isinstance(i, IntImm) and i.value == 0 and a.extent == 1 else
+          ident.get(i) if isinstance(i, Var) else None for a, i in zip(t.axes, e.indices)]
     if t is ctx.product:
-        at = [ident.get(i) if isinstance(i, Var) else None for i in e.indices]
-        if at != [a.var for a in ctx.out_axes]:
+        if not all(x is o.var or (x is _UNIT and o.extent == 1) for x, o in zip(at, ctx.out_axes)):
             raise _NotGatherable("the epilogue reads the product away from its own element")
         return "at_v"
     if isinstance(t.body, Reduce):
         raise _NotGatherable("a reduction inside an operand or epilogue")
-    inner_ident = {a.var: ident.get(i) for a, i in zip(t.axes, e.indices) if isinstance(i, Var)}
+    inner_ident = {a.var: x for a, x in zip(t.axes, at) if x is not None}
     return _c(t.body, {**env, **{a.var: f"({x})" for a, x in zip(t.axes, idx)}}, ctx, inner_ident)
 
 
@@ -259,7 +263,9 @@ def gather_view(
     used_x, used_y = _used_vars(x), _used_vars(y)
     m_axes = [a for a in prod.axes if a.var in used_x and a.var not in used_y]
     n_axes = [a for a in prod.axes if a.var in used_y and a.var not in used_x]
-    b_axes = [a for a in prod.axes if a.var in used_x and a.var in used_y]
+    # batch axes: read by both, or of extent 1 (read by neither: a broadcast batch of one)
+    b_axes = [a for a in prod.axes if (a.var in used_x) == (a.var in used_y) and
+              (a.var in used_x or a.extent == 1)]
     if not m_axes or not n_axes or len(m_axes) + len(n_axes) + len(b_axes) != len(prod.axes):
         return None
     env_b = _digits(b_axes, "at_b")

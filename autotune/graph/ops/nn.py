@@ -15,6 +15,7 @@ from autotune.te.ops import conv as conv_ops
 
 from ..ir import GraphError, Node, TensorType, contiguous
 from .base import ANCHOR, REDUCE, REWRITE, Arg, Consts, Types, broadcast_shapes, float_only, register, same
+from .products import check_operands, operand_np, operand_te, result_type
 from .te_build import nd_compute, reduce_over, tensor_arg
 
 
@@ -145,7 +146,7 @@ def conv2d_np(x: np.ndarray, w: np.ndarray, geo: dict, groups: int) -> np.ndarra
 class _Conv:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        float_only(node, types)
+        check_operands(node, types)
         x, w = same(types[0]), same(types[1])
         nhwc = _is_nhwc(node.attrs)
         if len(x.shape) != 4 or len(w.shape) != 4:
@@ -166,11 +167,11 @@ class _Conv:
         oh, ow = window_geometry(node.attrs, (h, wd), (kh, kw))["out"]
         if oh <= 0 or ow <= 0:
             raise GraphError(f"Conv node {node.name!r}: output size {oh}x{ow} is not positive")
-        return [TensorType((n, oh, ow, f) if nhwc else (n, f, oh, ow), x.dtype)]
+        return [TensorType((n, oh, ow, f) if nhwc else (n, f, oh, ow), result_type(x))]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-        x, w = xs[0], xs[1]
+        x, w = operand_np(xs[0], node.attrs, xs[0]), operand_np(xs[1], node.attrs, xs[0])
         nhwc = _is_nhwc(node.attrs)
         if nhwc:
             x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
@@ -180,11 +181,12 @@ class _Conv:
             y = y + xs[2][:, None, None]
         if nhwc:
             y = y.transpose(0, 2, 3, 1)
-        return [contiguous(y.astype(xs[0].dtype, copy=False))]
+        return [contiguous(y.astype(x.dtype, copy=False))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        x, w = tensor_arg(args[0]), tensor_arg(args[1])
+        x = operand_te(tensor_arg(args[0]), attrs, name + "_x")
+        w = operand_te(tensor_arg(args[1]), attrs, name + "_w")
         nhwc = _is_nhwc(attrs)
         hw = x.shape[1:3] if nhwc else x.shape[2:]
         k = w.shape[:2] if nhwc else w.shape[2:]
@@ -222,18 +224,19 @@ def matmul_shape(a: Sequence[int], b: Sequence[int], name: str) -> tuple[int, ..
 class _MatMul:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        float_only(node, types)
+        check_operands(node, types)
         a, b = same(types[0]), same(types[1])
-        return [TensorType(matmul_shape(a.shape, b.shape, node.name), a.dtype)]
+        return [TensorType(matmul_shape(a.shape, b.shape, node.name), result_type(a))]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.matmul(xs[0], xs[1])]
+        return [np.matmul(operand_np(xs[0], node.attrs, xs[0]), operand_np(xs[1], node.attrs, xs[0]))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
         """``C[..., i, j] = sum_k A[..., i, k] * B[..., k, j]`` with broadcast batch dims."""
-        a, b = tensor_arg(args[0]), tensor_arg(args[1])
+        a = operand_te(tensor_arg(args[0]), attrs, name + "_a")
+        b = operand_te(tensor_arg(args[1]), attrs, name + "_b")
         shape = matmul_shape(a.shape, b.shape, name)
         nb = len(shape) - 2
         k = T.reduce_axis(a.shape[-1], "k")
