@@ -62,3 +62,24 @@ def check_kernel(kernel_builder: Builder, kernel_runner: CpuRunner, host_target:
         return prog
 
     return check
+
+
+# Markers (registered in pyproject.toml), given here by one rule each so test files need not repeat
+# them: `gpu` where a test needs a CUDA device (its skipif says "CUDA device"), `torch` for the
+# modules that need PyTorch, `slow` for the modules and tests that run real tuners, kill -9s or
+# thousands of conformance cases in processes of their own. `pytest -m "not slow"` is the quick run.
+SLOW_MODULES = {"test_db_faults.py", "test_onnx_conformance.py", "test_distributed.py",
+                "test_bench_search.py"}
+SLOW_TESTS = ("kill_9",)
+TORCH_MODULES = {"test_torch_frontend.py", "test_torch_baseline.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.name
+        if module in SLOW_MODULES or any(s in item.name for s in SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+        if module in TORCH_MODULES:
+            item.add_marker(pytest.mark.torch)
+        if any("CUDA device" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.gpu)
