@@ -31,6 +31,8 @@ setup(
         # onnxruntime: the reference the compiled models are checked and benchmarked against
         "test": ["pytest>=7", "ruff>=0.4", "onnxruntime>=1.16"],
         "plot": ["matplotlib"],  # scripts/bench_search.py tuning curves
+        # tune.py --cluster / --workers: builds and runs as tasks of a Dask cluster
+        "dask": ["dask[distributed]>=2024.1"],
         # bench.py --model --target cuda: the PyTorch eager / torch.compile baseline (GPU machines)
         "torch": ["torch"],
         # bench/gallery: torchvision / Hugging Face architectures exported by both PyTorch exporters

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..search import STRATEGIES, TuneOptions, tune_workload
 from ..search.tune import workload_label
@@ -82,6 +84,12 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
                    help="after measuring, time the K fastest configs twice more each, interleaved; a "
                    "config measured several times counts by its median, so the best-known schedule is "
                    "the one fastest on repeat, not the luckiest run (default 3; 0: off)")
+    p.add_argument("--cluster", metavar="ADDRESS", default=None,
+                   help="build and run candidates on the Dask cluster whose scheduler is at ADDRESS "
+                   "(e.g. tcp://host:8786; its workers declare what they measure, see README)")
+    p.add_argument("--workers", type=int_in(1), default=None, metavar="N",
+                   help="build and run candidates on a Dask LocalCluster of N worker processes started "
+                   "here (one thread and one runner each)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON summary object on stdout (every other line goes to stderr)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -107,6 +115,9 @@ def _main(args: argparse.Namespace) -> int:
             args.trials = DEFAULT_MODEL_TRIALS
     if args.model is not None:
         from ..graph.cli import run_model_tuning
+
+        if args.cluster is not None or args.workers is not None:
+            raise UsageError("--cluster / --workers tune single workloads (--op) for now, not --model")
 
         return run_model_tuning(args)
     return _run(args)
@@ -138,7 +149,6 @@ def _run(args: argparse.Namespace) -> int:
     for wl in workloads:
         check_workload(wl, workload_label(wl))
     target = resolve_target(args.target)
-    db = open_db(args.db)
     options = TuneOptions(
         trials=trials,
         strategy=args.strategy,
@@ -151,10 +161,10 @@ def _run(args: argparse.Namespace) -> int:
         confirm=args.confirm,
     )
     summaries = []
-    builder, runner = measure_tools(target)
-    with builder, runner:
+    with _measuring(args, target, options) as tools:  # (a cluster that cannot measure: nothing written)
+        db = open_db(args.db)
         for wl in workloads:
-            s = tune_workload(wl, target, db, options, builder, runner)
+            s = tune_workload(wl, target, db, options, *tools(wl))
             summaries.append(s)
             print(
                 f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, "
@@ -162,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s",
                 flush=True,
             )
+            print(f"{s.workload}: runner busy {s.runner_busy:.0%} of the wall time", flush=True)
     db.close()
     print(f"wrote {sum(s.new_trials for s in summaries)} new measurements to {args.db}; "
           f"next: autotune bench --db {args.db}  (best-known kernels against numpy), "
@@ -169,6 +180,25 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(_json_summary(summaries, target, args.db))
     return 0
+
+
+@contextmanager
+def _measuring(args: argparse.Namespace, target, options: TuneOptions) -> Iterator:  # noqa: ANN001
+    """A maker of (builder, runner, measurer) per workload: this machine's builder and runner, or,
+    with --cluster / --workers, a measurer on the Dask cluster."""
+    if args.cluster is None and args.workers is None:
+        builder, runner = measure_tools(target)
+        with builder, runner:
+            yield lambda wl: (builder, runner, None)
+        return
+    from ..distributed import ClusterError
+    from ..distributed.measurer import cluster_measurers
+
+    try:
+        with cluster_measurers(target, options.run, args.cluster, args.workers) as make:
+            yield lambda wl: (None, None, make(wl))
+    except ClusterError as err:
+        raise UsageError(str(err)) from None
 
 
 def _json_summary(summaries: list, target, db_path: str) -> dict:  # noqa: ANN001

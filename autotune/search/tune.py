@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from records import CONFIRM_LABEL, MeasurementRecord, TuningDatabase, config_key
 from records.owner import process_owner
@@ -60,6 +61,7 @@ class TuneSummary:
     unconfirmed: int = 0  # finalists still lacking confirmations (a rerun finishes them)
     best_spread: float | None = None  # noise figure of the best record: (max - min) / median of its runs
     seconds: dict = field(default_factory=dict)  # render / build / run / search+db of this call
+    runner_busy: float = 0.0  # fraction of the wall time the runners were running kernels
 
     def to_json(self) -> dict:
         return {
@@ -80,6 +82,7 @@ class TuneSummary:
             "space_size": self.space_size,
             "elapsed_s": round(self.elapsed_s, 2),
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "runner_busy": round(self.runner_busy, 3),
         }
 
 
@@ -123,10 +126,28 @@ def tune_workload(
     owner = process_owner()
     if measurer is None and todo:
         measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
+
+    def store(trial: Trial) -> None:
+        """Commit one result as it arrives (the database is written by this one process)."""
+        nonlocal new, best_s
+        db.add_measurements([_record(wl, target, trial, label, space.version)], claimed_by=owner)
+        new += 1
+        counts["errors" if trial.error_kind else "valid"] += 1
+        best_s = min(best_s, trial.mean_s)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(
+                valid=counts["valid"],
+                errors=counts["errors"],
+                best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-",
+            )
+
     try:
+        if getattr(measurer, "pipelined", False) and todo:
+            _tune_pipelined(db, wl, target, tuner, space, measurer, options, owner, known, store, start)
         # Other tuners may share the DB: what is measured and claimed is read again every batch,
         # and a config is measured only once this process holds its claim (see TuningDatabase.claim).
-        while True:
+        while not getattr(measurer, "pipelined", False):
             if _out_of_time(options, start):
                 break
             measured = db.measured_config_keys(wl.key, target.key, search_only=True)
@@ -148,18 +169,8 @@ def tune_workload(
                 continue
             trials: list[Trial] = []
             for trial in measurer.measure(mine, [space.steps(c) for c in mine]):
-                db.add_measurements([_record(wl, target, trial, label, space.version)], claimed_by=owner)
+                store(trial)
                 trials.append(trial)
-                new += 1
-                counts["errors" if trial.error_kind else "valid"] += 1
-                best_s = min(best_s, trial.mean_s)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(
-                        valid=counts["valid"],
-                        errors=counts["errors"],
-                        best_gflops=f"{wl.flops / best_s / 1e9:.1f}" if best_s < math.inf else "-",
-                    )
             tuner.update([t.config for t in trials], [t.mean_s for t in trials])
             known |= {config_key(t.config) for t in trials}
         if bar is not None:
@@ -181,8 +192,59 @@ def tune_workload(
     summary.unconfirmed = len(missing_confirmations(db, wl, target, options.confirm, options.confirm_rounds))
     if measurer is not None:
         summary.seconds = dict(measurer.seconds)
-        summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
+        if not getattr(measurer, "pipelined", False):  # (pipelined: stages overlap, seconds are summed)
+            summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
+        runners = getattr(measurer, "runners", 1)
+        summary.runner_busy = measurer.seconds.get("run", 0.0) / (elapsed * runners) if elapsed > 0 else 0.0
     return summary
+
+
+def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tuner, space: Any, measurer: Any,
+                    options: TuneOptions, owner: str, known: set[str], store: Callable[[Trial], None],
+                    start: float) -> None:
+    """The tuning loop with batches in flight (a DaskMeasurer): up to ``measurer.depth`` batches are
+    queued, so while one runs the next is built and the one after is proposed; each result is
+    committed as it arrives, and the tuner learns from a batch (its model refit) once all of it is
+    in, while the workers go on with the batches queued behind it. Budget and claims as in the
+    serial loop: a config is measured only under this process's claim, never twice."""
+    inflight: dict[int, list[Trial]] = {}  # batch -> its results so far
+    sizes: dict[int, int] = {}
+    exhausted = False
+    while True:
+        while not exhausted and len(inflight) < measurer.depth and not _out_of_time(options, start):
+            measured = db.measured_config_keys(wl.key, target.key, search_only=True)
+            _absorb(db, tuner, wl, target, measured - known)
+            known |= measured
+            pending = sum(sizes[b] - len(inflight[b]) for b in inflight)
+            if len(measured) >= options.trials:
+                exhausted = True
+                break
+            others = _claimed_by_others(db, wl, target, owner, measured)
+            left = options.trials - len(measured) - pending - others
+            if left <= 0:
+                break  # the rest of the budget is in flight here or with other tuners
+            configs = tuner.next_batch(min(options.batch_size, left))
+            if not configs:
+                exhausted = True
+                break
+            keys = [config_key(c) for c in configs]
+            granted = set(db.claim(wl.key, target.key, keys, owner, budget=options.trials))
+            mine = [c for c, k in zip(configs, keys) if k in granted]
+            if mine:
+                batch = measurer.submit(mine, [space.steps(c) for c in mine])
+                inflight[batch], sizes[batch] = [], len(mine)
+        if not inflight:
+            if exhausted or _out_of_time(options, start):
+                return
+            time.sleep(CLAIM_WAIT_S)  # other tuners hold the rest of the budget
+            continue
+        for batch, trial in measurer.completed():
+            store(trial)
+            inflight[batch].append(trial)
+            if len(inflight[batch]) == sizes[batch]:
+                trials = inflight.pop(batch)
+                tuner.update([t.config for t in trials], [t.mean_s for t in trials])
+                known |= {config_key(t.config) for t in trials}
 
 
 def _out_of_time(options: TuneOptions, start: float) -> bool:
