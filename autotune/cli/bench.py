@@ -60,6 +60,10 @@ def build_parser(prog: str = "bench.py") -> argparse.ArgumentParser:
 
     add_model_args(p)
     add_rerank_arg(p)
+    p.add_argument("--torch-compile-mode", choices=("max-autotune", "default", "none"),
+                   default="max-autotune",
+                   help="--model --target cuda: the torch.compile baseline's mode (default max-autotune: "
+                   "Inductor's autotuned kernels with CUDA graphs; none: eager only)")
     return p
 
 

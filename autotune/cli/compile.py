@@ -84,10 +84,11 @@ def copy_atomically(src: str, dest: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ..graph.cli import build_module, compare, load, reference_outputs
+    from ..graph.precision import output_tolerance
 
     if args.output:
         check_output(args.output)
-    model = load(args.model, args.input_shape)
+    model = load(args.model, args.input_shape, args.precision, args.target)
     target = resolve_target(args.target)
     if args.profile and not target.backend.profiles_modules:
         raise UsageError("--profile times kernel calls of a CPU module; "
@@ -116,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         feeds = module.random_inputs(np.random.default_rng(0))
         ref, ref_name = reference_outputs(model, feeds)
         err, rel = compare(module.run(feeds), ref)
-        ok = rel <= 1e-3
+        ok = rel <= output_tolerance(model.graph.precision)
         print(f"check vs {ref_name}: max abs err {err:.2e} (relative {rel:.1e}) {'ok' if ok else 'WRONG'}")
         out.update(max_abs_err=err, max_rel_err=rel, ok=ok, reference=ref_name)
         status = 0 if ok else 1

@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.model is not None:
         from ..graph.cli import load
 
-        model = load(args.model, args.input_shape)
+        model = load(args.model, args.input_shape, args.precision)
     db = open_db(args.db, create=False)
     try:
         report = collect(db)

@@ -53,9 +53,6 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
     p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
-    p.add_argument("--precision", choices=("fp32", "tf32", "fp16", "bf16"), default="fp32",
-                   help="of a matrix product (--op matmul/dense/batch_matmul, --target cuda): tf32, or "
-                   "float16/bfloat16 inputs, accumulated in float32 on tensor cores (default fp32)")
     p.add_argument(
         "--trials",
         type=int_in(0),

@@ -28,14 +28,29 @@ from .compiler import (
 )
 from .frontend import from_onnx
 from .ir import Graph, GraphError
+from .precision import output_tolerance
 from .winograd import TILE_SIZES, default_sizes
 
 DEFAULT_MODEL_TRIALS = 200
 QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
 
 
+PRECISION_HELP = ("matrix products (convolutions, dense layers, attention; with --op: matmul, dense, "
+                  "batch_matmul, conv2d) on tensor cores: tf32, or float16/bfloat16 operands summed in "
+                  "float32; every other operator and the values between kernels stay float32; --target "
+                  "cuda only (default fp32)")
+
+
+def add_precision_arg(p: argparse.ArgumentParser) -> None:
+    """--precision (tune.py, compile.py, bench.py, report)."""
+    from .ops.products import PRECISIONS
+
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
+
+
 def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """--model, --input-shape, --layout."""
+    """--model, --input-shape, --layout, --winograd, --precision."""
+    add_precision_arg(p)
     from .zoo import MODELS
 
     p.add_argument(
@@ -117,8 +132,13 @@ class LoadedModel:
     input_shapes: dict[str, list[int]]
 
 
-def load(spec: str, input_shapes: list[str]) -> LoadedModel:
-    """Import ``spec`` (path or zoo:NAME); any problem is a UsageError (one line, exit 2)."""
+def load(
+    spec: str, input_shapes: list[str], precision: str = "fp32", target: str | None = None
+) -> LoadedModel:
+    """Import ``spec`` (path or zoo:NAME) to compile its products in ``precision`` (on tensor
+    cores: a ``target`` of kind cuda); any problem is a UsageError (one line, exit 2)."""
+    if precision != "fp32" and target is not None and not target.startswith("cuda"):
+        raise UsageError(f"--precision {precision} runs on tensor cores: it needs --target cuda")
     shapes = parse_input_shapes(input_shapes)
     try:
         if spec.startswith("zoo:"):
@@ -145,6 +165,7 @@ def load(spec: str, input_shapes: list[str]) -> LoadedModel:
         why = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise UsageError(f"cannot import {spec}: {type(err).__name__}{': ' + why if why else ''}") from None
     check_graph(graph)
+    graph.precision = precision
     return LoadedModel(spec, graph, proto, shapes)
 
 
@@ -171,7 +192,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     if args.strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
     trials = DEFAULT_MODEL_TRIALS if args.trials is None else args.trials
-    model = load(args.model, args.input_shape)
+    model = load(args.model, args.input_shape, args.precision, args.target)
     target = resolve_target(args.target)
     prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
     for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
@@ -313,7 +334,7 @@ def run_model_bench(args: argparse.Namespace) -> int:
     same random inputs, time both in one run."""
     from ..cli.bench import time_callable
 
-    model = load(args.model, args.input_shape)
+    model = load(args.model, args.input_shape, args.precision, args.target)
     target = resolve_target(args.target)
     if target.kind == "cuda":
         return run_model_bench_cuda(args, model, target)
@@ -335,7 +356,7 @@ def run_model_bench(args: argparse.Namespace) -> int:
         time.sleep(QUIET_GAP_S)
         ours_c_t += module.time(feeds, repeat=1, min_repeat_ms=args.min_repeat_ms)
     ours_s, ort_s, ours_c = (statistics.median(t) for t in (ours_t, ort_t, ours_c_t))
-    ok = rel <= 1e-3
+    ok = rel <= output_tolerance(model.graph.precision)
     print(
         f"{model.graph.name}: ours {ours_s * 1e3:.3f} ms, onnxruntime {ort_s * 1e3:.3f} ms, "
         f"ours/onnxruntime speedup {ort_s / ours_s:.2f}x; max abs err {err:.2e} (relative {rel:.1e})"
@@ -380,7 +401,7 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     module, feeds, ours = _compile_and_run(args, model, target)
     ref, ref_name = reference_outputs(model, feeds)
     err, rel = compare(ours, ref)
-    torch_model = TorchModel(model.graph, "cuda")
+    torch_model = TorchModel(model.graph, "cuda", model.graph.precision)
     t_err, _ = compare(torch_model.run(feeds), ref)
     cudnn = torch_model.torch.backends.cudnn
     ours_t: list[float] = []
@@ -393,19 +414,24 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     mode = faster_mode(eager_by_mode)
     cudnn.benchmark = mode
     eager_t = eager_by_mode[mode]
-    try:
-        compiled_s: float | None = statistics.median(
-            torch_model.time(feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, compiled=True)
-        )
-        compile_note = ""
-    except Exception as exc:  # noqa: BLE001 - torch.compile is optional: report why it is missing
-        compiled_s, compile_note = None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    compile_mode = getattr(args, "torch_compile_mode", "max-autotune")
+    compiled_s: float | None = None
+    compile_note = "not timed (--torch-compile-mode none)"
+    if compile_mode != "none":
+        try:
+            compiled_s = statistics.median(torch_model.time(
+                feeds, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, compiled=True,
+                mode=None if compile_mode == "default" else compile_mode))
+            compile_note = ""
+        except Exception as exc:  # noqa: BLE001 - torch.compile is optional: report why it is missing
+            compile_note = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     ours_s, eager_s = statistics.median(ours_t), statistics.median(eager_t)
-    ok = rel <= 1e-3
+    ok = rel <= output_tolerance(model.graph.precision)
     print(
         f"{model.graph.name}: ours {ours_s * 1e3:.3f} ms, PyTorch eager {eager_s * 1e3:.3f} ms "
         f"(speedup {eager_s / ours_s:.2f}x)"
-        + (f", torch.compile {compiled_s * 1e3:.3f} ms ({compiled_s / ours_s:.2f}x)" if compiled_s else
+        + (f", torch.compile {compile_mode} {compiled_s * 1e3:.3f} ms ({compiled_s / ours_s:.2f}x)"
+           if compiled_s else
            f", torch.compile unavailable ({compile_note})")
         + f"; max abs err {err:.2e} vs {ref_name} (relative {rel:.1e})" + ("" if ok else "  WRONG OUTPUT"),
         flush=True,
@@ -416,8 +442,10 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
             "model": model.graph.name, "model_spec": model.spec, "target": target.key,
             "target_kind": target.kind, "db": args.db, "layout": s.layout,
             "latency_s": ours_s, "baseline": "torch_eager", "baseline_latency_s": eager_s,
-            "baseline_settings": "fp32 (TF32 off in cuBLAS and cuDNN), cudnn.benchmark "
+            "precision": model.graph.precision,
+            "baseline_settings": _torch_settings(model.graph.precision) + ", cudnn.benchmark "
                                  + ("on" if mode else "off") + " (the faster of both)",
+            "torch_compile_mode": compile_mode,
             "eager_latency_s_by_cudnn_benchmark": {
                 ("on" if m else "off"): statistics.median(c) for m, c in eager_by_mode.items()
             },
@@ -431,6 +459,11 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
             "torch_max_abs_err": t_err, "ok": ok,
         })
     return 0 if ok else 1
+
+
+def _torch_settings(precision: str) -> str:
+    return {"fp32": "fp32 (TF32 off in cuBLAS and cuDNN)", "tf32": "fp32 with TF32 on in cuBLAS and cuDNN",
+            "fp16": "the whole model in float16", "bf16": "the whole model in bfloat16"}[precision]
 
 
 def _ort_version() -> str:

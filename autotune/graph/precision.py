@@ -13,6 +13,16 @@ from .ir import Graph, GraphError, TensorType
 from .ops.products import LOW_DTYPE, PRECISION_ATTR, PRECISIONS, np_low
 from .passes import eliminate_dead_code, infer_types
 
+# a compiled model's outputs against onnxruntime's float32 ones: the largest error relative to the
+# largest reference magnitude (16-bit operands round to 2^-11 (fp16) / 2^-8 (bf16) relative, and the
+# rounding of each layer's operands adds up over a deep model)
+OUTPUT_TOLERANCE = {"fp32": 1e-3, "tf32": 1e-2, "fp16": 1e-2, "bf16": 5e-2}
+
+
+def output_tolerance(precision: str) -> float:
+    """The stated tolerance of a model compiled in ``precision`` (see OUTPUT_TOLERANCE)."""
+    return OUTPUT_TOLERANCE[precision]
+
 
 def _is_product(n) -> bool:  # noqa: ANN001 - Node
     return n.op == "MatMul" or (n.op == "Conv" and int(n.attrs.get("group", 1)) == 1)

@@ -79,11 +79,18 @@ def _binary(torch: Any) -> dict[str, Callable[[Any, Any], Any]]:
 class TorchModel:
     """``run(feeds) -> outputs`` of a graph in PyTorch eager mode on ``device``."""
 
-    def __init__(self, graph: Graph, device: str = "cpu") -> None:
+    def __init__(self, graph: Graph, device: str = "cpu", precision: str = "fp32") -> None:
+        """``precision``: fp32 (TF32 off), tf32 (TF32 on in cuBLAS and cuDNN), or fp16 / bf16: the
+        whole model in that type (weights and inputs cast, as ``model.half()`` does), outputs
+        returned as float32."""
         import torch
         import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 
         strict_fp32(torch)
+        if precision == "tf32":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
         self.torch, self.F, self.graph, self.device = torch, F, graph, device
         self.handlers = self._handlers()
         consts: dict[str, np.ndarray] = dict(graph.consts)
@@ -97,7 +104,12 @@ class TorchModel:
                 self._check(n)
                 self.plan.append(n)
         # copies: folded constants may be read-only numpy views, which torch will not wrap
-        self.weights = {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in consts.items()}
+        self.weights = {k: self._cast(torch.from_numpy(np.array(v, copy=True)).to(device))
+                        for k, v in consts.items()}
+
+    def _cast(self, t: Any) -> Any:
+        """A float tensor in the model's 16-bit type (others as they are)."""
+        return t.to(self.dtype) if self.dtype is not None and t.is_floating_point() else t
 
     def _handlers(self) -> dict[str, Callable[[Any, list[Any]], Any]]:
         """op -> ``f(node, inputs)``: the one table both the check and the run go by."""
@@ -174,18 +186,21 @@ class TorchModel:
 
     def inputs(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
         torch = self.torch
-        return [torch.as_tensor(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.graph.inputs]
+        return [self._cast(torch.as_tensor(np.ascontiguousarray(feeds[n])).to(self.device))
+                for n in self.graph.inputs]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         with self.torch.no_grad():
-            return [o.cpu().numpy() for o in self.forward(*self.inputs(feeds))]
+            return [(o.float() if o.is_floating_point() else o).cpu().numpy()
+                    for o in self.forward(*self.inputs(feeds))]
 
     def time(self, feeds: Mapping[str, np.ndarray], repeat: int = 5, min_repeat_ms: float = 50.0,
-             compiled: bool = False) -> list[float]:
+             compiled: bool = False, mode: str | None = None) -> list[float]:
         """Seconds per forward pass (CUDA events on a GPU, wall clock on the CPU); ``compiled``
-        runs it under ``torch.compile``."""
+        runs it under ``torch.compile`` in ``mode`` (its default, or e.g. "max-autotune":
+        Inductor's autotuned kernels and CUDA graphs)."""
         torch = self.torch
-        fn = torch.compile(self.forward) if compiled else self.forward
+        fn = torch.compile(self.forward, mode=mode) if compiled else self.forward
         xs = self.inputs(feeds)
         cuda = self.device.startswith("cuda")
         with torch.no_grad():
