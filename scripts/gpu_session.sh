@@ -2,15 +2,15 @@
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
 # Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
 #   PHASE: smoke | tests | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
-#          | model (tune zoo:resnet18 for MODEL_TRIALS on the GPU, bench the CUDA module vs PyTorch;
-#            PYTEST_S=0 skips its tests; BENCH_S=0 skips the op bench after tune)
+#          | model (tune MODELS (default zoo:resnet18) on the GPU, bench each CUDA module vs PyTorch eager
+#            and torch.compile in the same precision; PYTEST_S=0 skips its tests)
 # Writes logs and JSON under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 DB=${DB:-$OUT/cuda.db}
-# resume a carried DB, or seed from a committed export (bench/h200_s3/*_records.jsonl.gz)
+# resume a carried DB, or seed from a committed export (bench/cuda/resnet18_module_and_ops/*_records.jsonl.gz)
 if [ -n "${SEED_DB:-}" ] && [ ! -e "$DB" ]; then
   case "$SEED_DB" in
     *.jsonl.gz) python3 -c "import gzip, sys; from records import TuningDatabase as T; T(sys.argv[2]).import_jsonl(gzip.open(sys.argv[1], 'rt'))" "$SEED_DB" "$DB" ;;
@@ -45,11 +45,18 @@ if [ "$phase" = model ] && [ "${PYTEST_S:-120}" != 0 ]; then
     | tee "$OUT/pytest_model.txt"
 fi
 if [ "$phase" = model ]; then
-  M=${MODEL:-zoo:resnet18}
-  timeout ${MODEL_S:-420} python3 scripts/tune.py --model "$M" --target cuda --trials ${MODEL_TRIALS:-1000} --db "$DB" \
-    --batch-size ${BATCH:-16} --json 2>&1 | tail -3 | tee -a "$OUT/tune_model.txt"
-  timeout ${BENCH_S:-150} python3 scripts/bench.py --model "$M" --target cuda --db "$DB" --repeat 5 --json 2>&1 \
-    | tee "$OUT/bench_model.txt" | tail -3
+  # MODELS: space-separated model[:precision[:trials[:seconds]]] (precision fp32, trials MODEL_TRIALS,
+  # seconds MODEL_S by default); a timeout loses nothing (every trial is committed), bench follows
+  for item in ${MODELS:-${MODEL:-zoo:resnet18}}; do
+    IFS=: read -r scheme name prec trials secs <<< "$item"
+    M="$scheme:$name"; [ "$scheme" = zoo ] || { M=$scheme; prec=$name; }
+    P=${prec:-fp32}
+    timeout ${secs:-${MODEL_S:-420}} python3 scripts/tune.py --model "$M" --target cuda --precision "$P" ${WINOGRAD:+--winograd $WINOGRAD} \
+      --trials ${trials:-${MODEL_TRIALS:-1000}} --db "$DB" --batch-size ${BATCH:-16} --json --no-progress 2>&1 \
+      | tail -2 | tee -a "$OUT/tune_model.txt"
+    timeout ${BENCH_S:-240} python3 scripts/bench.py --model "$M" --target cuda --precision "$P" ${WINOGRAD:+--winograd $WINOGRAD} \
+      --db "$DB" --repeat 5 --json --torch-compile-mode ${COMPILE_MODE:-max-autotune} 2>&1 | tail -2 | tee -a "$OUT/bench_model.txt"
+  done
 fi
 if [ "$phase" = tune ] || [ "$phase" = full ]; then
   T=${TRIALS:-200}
