@@ -7,7 +7,7 @@ registers for the whole loop; GCC often interchanges loops instead, or reloads a
 accumulator tile every few steps. For a loop the schedule marks ``registers`` (the CPU knob of the
 same name) this pass makes it explicit: each accumulator element (a vector, or a scalar) is loaded
 into a ``register`` buffer before the loop, updated there, and stored back after it. Whether that
-is faster depends on the tile (measured: bench/regs_s14), so it is a knob, not a default.
+is faster depends on the tile (measured: bench/cpu_kernels/registers), so it is a knob, not a default.
 
 A loop qualifies when it holds only stores (and prefetch hints), directly or in serial loops
 nested inside (the rest of a multi-axis reduction tile: a convolution's channel and window
