@@ -67,6 +67,10 @@ class GemmView:
     epilogue: str | None = None
     # the kernel's inputs in0, in1, ... (default: the two operands in the product's dtype)
     in_dtypes: tuple[str, ...] = ()
+    # gathered operands: consecutive threads take consecutive rows (m of A, n of B) instead of
+    # consecutive k, where the operand's memory runs along its rows (coalesced loads)
+    a_rows_fastest: bool = False
+    b_rows_fastest: bool = False
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -196,11 +200,14 @@ class _Body:
             lim = v.m if op == "A" else v.n
             expr = v.a_expr if op == "A" else v.b_expr
             if expr is not None:  # gathered: one element a thread, rows of m (n), k contiguous
+                fast = v.a_rows_fastest if op == "A" else v.b_rows_fastest
+                rc_ = (f"at_e % {rows}, at_cl = at_e / {rows}" if fast else
+                       f"at_e / {rlen}, at_cl = at_e % {rlen}")
                 out += [
                     f"  for (int at_i = 0; at_i < {math.ceil(rows * rlen / T)}; ++at_i) {{",
                     f"    const int at_e = at_i * {T} + at_t;",
                     f"    if (at_e < {rows * rlen}) {{",
-                    f"      const int at_r = at_e / {rlen}, at_cl = at_e % {rlen};",
+                    f"      const int at_r = {rc_};",
                     f"      const int {other} = {'at_bm' if op == 'A' else 'at_bn'} + at_r, at_gk = at_kb + at_cl;",
                     f"      const float at_v = (at_gk < at_k1 && {other} < {lim}) ? ({expr}) : 0.0f;",
                     f"      *(AT_STORE_T*){self.addr(f'at_s{op} + at_st * {size}', 'at_r', 'at_cl', rlen)} = AT_FROM_FLOAT(at_v);",

@@ -20,6 +20,7 @@ from ..te.expr import (
     Select,
     TensorRead,
     Var,
+    substitute,
     walk,
 )
 from ..te.tensor import Tensor
@@ -290,12 +291,37 @@ def gather_view(
     return GemmView(batch=size(b_axes), m=size(m_axes), n=size(n_axes), k=size(list(body.axes)),
                     a_layout="mk", b_layout="nk", a_batched=False, b_batched=False,
                     dtype=dtype, a_expr=a_expr, b_expr=b_expr, c_offset=off, epilogue=epilogue,
-                    in_dtypes=tuple(t.dtype for t in inputs))
+                    in_dtypes=tuple(t.dtype for t in inputs),
+                    a_rows_fastest=_rows_fastest(x, m_axes, list(body.axes)),
+                    b_rows_fastest=_rows_fastest(y, n_axes, list(body.axes)))
 
 
 def _used_vars(e) -> set:  # noqa: ANN001
     """Variables an operand's read indices use."""
     return {n for n in walk(e) if isinstance(n, Var)}
+
+
+def _innermost_vars(e) -> set:  # noqa: ANN001 - Expr
+    """Variables the last (contiguous) index of every input read in ``e`` uses, computed stages
+    inlined: which of the product's axes runs along memory."""
+    out: set = set()
+    for n in walk(e):
+        if not isinstance(n, TensorRead):
+            continue
+        t = n.tensor
+        if t.is_placeholder:
+            out |= _used_vars(n.indices[-1]) if n.indices else set()
+        elif not isinstance(t.body, Reduce):
+            out |= _innermost_vars(substitute(t.body, {a.var: i for a, i in zip(t.axes, n.indices)}))
+    return out
+
+
+def _rows_fastest(e, rows: list, ks: list) -> bool:  # noqa: ANN001 - Expr
+    """Gather an operand's tile with consecutive threads along its rows (m or n) rather than
+    along k, because its inputs are contiguous along a row axis (coalesced loads)."""
+    inner = _innermost_vars(e)
+    row_vars, k_vars = {a.var for a in rows}, {a.var for a in ks}
+    return bool(inner & row_vars) and not inner & k_vars
 
 
 def product_view(workload) -> GemmView | None:  # noqa: ANN001 - Workload
