@@ -156,3 +156,46 @@ def test_a_cluster_that_cannot_measure_the_target_is_one_line_exit_2(tmp_path: P
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "measure-cpu" in lines[0] and lines[0].startswith("error:")
     assert not db.exists()  # nothing written
+
+
+def test_a_candidate_whose_run_two_workers_died_in_is_recorded_as_an_error(client, tmp_path: Path) -> None:  # noqa: ANN001
+    wl, target = make_workload("matmul", "24,24,16"), cpu_target()
+    slow = RunOptions(repeat=2, min_repeat_ms=300.0, timeout_s=20.0)  # runs long enough to be caught
+    options = TuneOptions(trials=6, strategy="random", seed=7, batch_size=3, progress=False, confirm=0,
+                          run=slow)
+    m = DaskMeasurer(client, wl, target, slow)
+    db_path = tmp_path / "twice.db"
+    errors: list[BaseException] = []
+
+    def tune() -> None:
+        try:
+            with TuningDatabase(db_path) as db:
+                tune_workload(wl, target, db, options, None, None, measurer=m)
+        except BaseException as err:  # noqa: BLE001 - re-raised by the test below
+            errors.append(err)
+
+    thread = threading.Thread(target=tune)
+    thread.start()
+    doomed, config, killed = None, None, 0
+    deadline = time.monotonic() + 90
+    while killed < 2 and time.monotonic() < deadline and thread.is_alive():
+        pids = client.run(os.getpid)
+        for addr, keys in client.processing().items():
+            runs = [k for k in keys if str(k).startswith("run_candidate")]
+            if doomed is None and runs:
+                doomed = runs[0]
+                config = next(c for f, (_, c, _) in list(m._pending.items()) if f.key == doomed)
+            if doomed in runs and addr in pids:
+                os.kill(pids[addr], signal.SIGKILL)  # the worker running it: twice, each a different one
+                killed += 1
+                time.sleep(0.5)
+                break
+        time.sleep(0.02)
+    thread.join(120)
+    assert killed == 2 and not errors, errors
+    with TuningDatabase(db_path) as db:
+        recs = db.measurements(wl.key, target.key)
+    keys = [config_key(r.config) for r in recs]
+    assert len(keys) == 6 and len(set(keys)) == 6  # 0 lost, 0 duplicate
+    mine = next(r for r in recs if config_key(r.config) == config_key(config))
+    assert mine.error_kind == "runtime_crash" and "two workers died" in mine.error_msg
