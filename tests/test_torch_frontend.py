@@ -237,3 +237,20 @@ def test_tuning_a_torch_module_serves_its_onnx_export(tmp_path):
     assert tuned and {c.task.key for c in module.choices if c.tuned} == tuned
     (got,) = module.run([x.numpy()])
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name,cls", [("convnet", ConvNet), ("block", Block)])
+def test_cuda_tensors_run_on_the_gpu_module(name, cls, caplog):
+    """CUDA tensors in: the graph compiles for this machine's GPU, the module runs on device
+    memory on PyTorch's current stream, and the outputs are CUDA tensors equal to eager's."""
+    torch.manual_seed(0)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # eager in plain fp32
+    model = cls().eval().cuda()
+    args = tuple(a.cuda() for a in _inputs(name))
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        got = torch.compile(model, backend="autotune")(*args)
+        want = model(*args)
+    assert got.is_cuda
+    np.testing.assert_allclose(got.cpu().numpy(), want.cpu().numpy(), rtol=1e-3, atol=1e-4)
+    assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text

@@ -151,6 +151,18 @@ extern "C" int ENTRY_run(void** host_io) {
   return 0;
 }
 
+/* one run on device memory (PyTorch's CUDA tensors), ordered on the caller's stream: inputs copied
+   into the module's buffers, the graph replayed, outputs copied out; nothing waits on the host */
+extern "C" int ENTRY_run_device(void** dev_io, void* stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  for (int i = 0; i < NIN; ++i)
+    AT_CHECK(cudaMemcpyAsync(M.io[i], dev_io[i], M.io_bytes[i], cudaMemcpyDeviceToDevice, s));
+  AT_CHECK(cudaGraphLaunch(M.exec, s));
+  for (int i = NIN; i < NIO; ++i)
+    AT_CHECK(cudaMemcpyAsync(dev_io[i], M.io[i], M.io_bytes[i], cudaMemcpyDeviceToDevice, s));
+  return 0;
+}
+
 /* seconds per model run (graph replays between events; inputs already on the device) */
 extern "C" int ENTRY_time(int repeat, double min_repeat_ms, double* costs) {
   cudaEvent_t a, b;
@@ -244,10 +256,11 @@ class CudaExecutable:
         self.graph = graph
         self.plan = plan
         self.lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        fn = {n: getattr(self.lib, f"{entry}_{n}") for n in ("init", "run", "time", "error", "free")}
+        names = ("init", "run", "run_device", "time", "error", "free")
+        fn = {n: getattr(self.lib, f"{entry}_{n}") for n in names}
         fn["error"].restype = ctypes.c_char_p
         fn["free"].restype = None
-        for n in ("init", "run", "time"):
+        for n in ("init", "run", "run_device", "time"):
             fn[n].restype = ctypes.c_int
         self._fn = fn
         consts = [np.ascontiguousarray(graph.consts[v]) for v in plan.consts]
@@ -268,6 +281,12 @@ class CudaExecutable:
         arrays = list(inputs) + list(outputs)
         ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         self._check(self._fn["run"](ptrs), "run")
+
+    def run_device(self, pointers: Sequence[int], stream: int) -> None:
+        """One run on device buffers (inputs then outputs, by address), queued on ``stream`` (a
+        ``cudaStream_t`` handle, e.g. PyTorch's current stream); returns without waiting."""
+        ptrs = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+        self._check(self._fn["run_device"](ptrs, ctypes.c_void_p(stream)), "run on device memory")
 
     def time(self, inputs: list[np.ndarray], outputs: list[np.ndarray], repeat: int,
              min_repeat_ms: float) -> list[float]:

@@ -710,7 +710,7 @@ def _created(cx: Emitter, node: torch.fx.Node) -> str:
     """A tensor made from the node's static arguments alone: computed by PyTorch now, a constant."""
     kwargs = {k: v for k, v in node.kwargs.items() if k != "pin_memory"}
     value = node.target(*node.args, **{**kwargs, "device": "cpu"})
-    return cx.const(value.numpy(), out_dtype(node))
+    return cx.const(value.detach().cpu().numpy(), out_dtype(node))
 
 
 @converts(operator.getitem)

@@ -59,12 +59,19 @@ class Options:
             raise ValueError(f"max_shapes must be a whole number >= 1, not {out.max_shapes!r}")
         return out
 
-    def resolve_target(self) -> Target:
-        if self.target is None or self.target == "cpu":
+    def resolve_target(self, on_cuda: bool = False) -> Target:
+        """The Target object, "cpu" or "cuda" (this machine's GPU); by default the device of the
+        graph's example inputs."""
+        kind = self.target if self.target is not None else ("cuda" if on_cuda else "cpu")
+        if isinstance(kind, Target):
+            return kind
+        if kind == "cpu":
             return cpu_target()
-        if isinstance(self.target, Target):
-            return self.target
-        raise ValueError(f"target must be 'cpu' or a Target, not {self.target!r}")
+        if kind == "cuda":
+            from ..backends import backend_for
+
+            return backend_for("cuda").resolve()
+        raise ValueError(f"target must be 'cpu', 'cuda' or a Target, not {self.target!r}")
 
 
 def _open_db(db: Any) -> tuple[Any, bool]:
@@ -96,8 +103,10 @@ def decompositions() -> Any:
 
 def compile_aten(gm: torch.fx.GraphModule, opts: Options, name: str) -> tuple[Callable, PartitionReport]:
     db, opened = _open_db(opts.db)
+    on_cuda = any(isinstance(v, torch.Tensor) and v.is_cuda
+                  for n in gm.graph.nodes if n.op == "placeholder" for v in [n.meta.get("val")])
     try:
-        return compile_graph_module(gm, opts.resolve_target(), db, name, opts.tune_trials)
+        return compile_graph_module(gm, opts.resolve_target(on_cuda), db, name, opts.tune_trials)
     finally:
         if opened:
             db.close()

@@ -73,6 +73,8 @@ class CompiledRegion(torch.nn.Module):
             got = ", ".join(f"{t.dtype}{list(t.shape)}" for t in inputs)
             want = ", ".join(f"{d}{list(s)}" for s, d in self._ins)
             raise ValueError(f"compiled for inputs {want}, called with {got} (compile again for new shapes)")
+        if inputs and inputs[0].is_cuda:
+            return self._run_cuda(inputs)
         outs = tuple(torch.empty(s, dtype=d) for s, d in self._outs)
         if self._copies:  # an output that is an input or a constant: copied by the numpy path
             with self._lock:
@@ -82,6 +84,20 @@ class CompiledRegion(torch.nn.Module):
         held = [t if t.is_contiguous() else t.contiguous() for t in inputs]
         with self._lock:
             self._exe.run_pointers([t.data_ptr() for t in held] + [o.data_ptr() for o in outs])
+        return outs
+
+    def _run_cuda(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """CUDA tensors: device pointers in, outputs allocated by PyTorch on the same device, the
+        module's CUDA graph queued on PyTorch's current stream (no host synchronization)."""
+        if not hasattr(self._exe, "run_device"):
+            raise ValueError("this region was compiled for the CPU but called with CUDA tensors "
+                             "(compile with options={'target': 'cuda'})")
+        dev = inputs[0].device
+        held = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+        outs = tuple(torch.empty(s, dtype=d, device=dev) for s, d in self._outs)
+        with self._lock:
+            self._exe.run_device([t.data_ptr() for t in held] + [o.data_ptr() for o in outs],
+                                 torch.cuda.current_stream(dev).cuda_stream)
         return outs
 
 

@@ -1,7 +1,7 @@
-"""torch.compile(backend="autotune") against torch eager and torch.compile() (Inductor), CPU.
+"""torch.compile(backend="autotune") against torch eager and torch.compile() (Inductor).
 
     python bench/torch/backend.py [--models resnet18,bert_layer] [--db tuning.db] [--trials N]
-                                  [--rounds 5] [--json bench/torch/backend.json]
+                                  [--rounds 5] [--device cpu|cuda] [--json bench/torch/backend.json]
 
 Models: ResNet-18 (torchvision's, random weights; a torch-only copy where torchvision does not
 import) at 1x3x224x224 and a BERT-base layer (hidden 768, 12 heads, FFN 3072, GELU, post-norm) at
@@ -13,7 +13,9 @@ microseconds (where the kernels cannot hide it): the fastest round's time of a c
 ``torch.compile(backend="autotune")`` (Dynamo's guards, data pointers, output allocation) minus the
 module's entry point timed in C; also for the ``autotune.torch.compile`` path without Dynamo. Run it
 with ``OMP_WAIT_POLICY=PASSIVE`` (torch's OpenMP pool and the module's share the cores).
-``--trials N`` tunes each model's tasks first (records in ``--db``, resumable).
+``--trials N`` tunes each model's tasks first (records in ``--db``, resumable). ``--device cuda``:
+the model and its inputs on the GPU (CUDA tensors in and out; each timed block ends with a device
+synchronization), the backend compiling for this machine's GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import autotune.torch as at  # noqa: E402
+from autotune.backends import backend_for  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
 
 
@@ -69,19 +72,33 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]] = {
 }
 
 
+DEVICE = "cpu"
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def per_call(fn: Callable[[], Any], calls: int) -> float:
+    sync()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
+    sync()
     return (time.perf_counter() - t0) / calls
+
+
+def host(x: torch.Tensor) -> Any:
+    return x.detach().cpu().numpy()
 
 
 def bench_model(name: str, args: argparse.Namespace) -> dict:
     make, shape = MODELS[name]
     torch.manual_seed(0)
-    model = make().eval()
-    x = torch.randn(*shape)
-    row: dict[str, Any] = {"model": name, "input": list(shape), "trials": args.trials}
+    model = make().eval().to(DEVICE)
+    x = torch.randn(*shape, device=DEVICE)
+    row: dict[str, Any] = {"model": name, "input": list(shape), "trials": args.trials, "device": DEVICE}
     with torch.no_grad():
         if args.trials:
             t0 = time.perf_counter()
@@ -104,13 +121,14 @@ def bench_model(name: str, args: argparse.Namespace) -> dict:
         region = at.compile(model, (x,), db=args.db).regions  # the same module, for its own time
         want = model(x)
         errors = {k: float((v() - want).abs().max()) for k, v in variants.items() if k != "eager"}
+        row["eager_max_abs"] = float(want.abs().max())
         times: dict[str, list[float]] = {k: [] for k in variants}
         own: list[float] = []
         for _ in range(args.rounds):
             for k, fn in variants.items():
                 times[k].append(per_call(fn, args.calls))
             if len(region) == 1:
-                own.append(min(region[0].time([x.numpy()], repeat=3, min_repeat_ms=50)))
+                own.append(min(region[0].time([host(x)], repeat=3, min_repeat_ms=50)))
     med = {k: statistics.median(v) for k, v in times.items()}
     row.update(
         median_ms={k: round(v * 1e3, 3) for k, v in med.items()},
@@ -130,8 +148,8 @@ def overhead(rounds: int, calls: int = 2000) -> dict:
     layer and ReLU): the fastest round's per-call time through each path minus the module's own
     time (its entry point timed in C), so the difference is the boundary and not the kernels."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 64)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval().to(DEVICE)
+    x = torch.randn(1, 64, device=DEVICE)
     with torch.no_grad():
         torch._dynamo.reset()
         dyn = torch.compile(model, backend="autotune")
@@ -142,7 +160,7 @@ def overhead(rounds: int, calls: int = 2000) -> dict:
         for fn in paths.values():
             fn()
         best = {k: min(per_call(fn, calls) for _ in range(rounds)) for k, fn in paths.items()}
-        own = min(min(module.time([x.numpy()], repeat=3, min_repeat_ms=50)) for _ in range(rounds))
+        own = min(min(module.time([host(x)], repeat=3, min_repeat_ms=50)) for _ in range(rounds))
     paths_ = ("torch.compile", "autotune.torch.compile")
     return {"module_own_us": round(own * 1e6, 2),
             "call_us": {k: round(v * 1e6, 2) for k, v in best.items()},
@@ -156,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=0, help="tune each model to this many measurements first")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=10, help="calls per variant and round")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides
     names = [m for m in args.models.split(",") if m]
     bad = [m for m in names if m not in MODELS]
     if bad or args.trials < 0 or args.rounds < 1 or args.calls < 1:
@@ -177,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"per-call overhead over the module's own {ov['module_own_us']} us: {ov['overhead_us']} us",
           flush=True)
     if args.json:
-        out = {"target": cpu_target().key, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        target = cpu_target() if DEVICE == "cpu" else backend_for("cuda").resolve()
+        out = {"target": target.key, "torch": torch.__version__, "threads": torch.get_num_threads(),
                "rows": rows, "overhead": ov}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
