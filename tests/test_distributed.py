@@ -55,6 +55,23 @@ def _measured(db: TuningDatabase, wl, target) -> list[str]:  # noqa: ANN001
     return [config_key(r.config) for r in db.measurements(wl.key, target.key)]
 
 
+def _tune_in_thread(db_path: Path, wl, target, options: TuneOptions,  # noqa: ANN001
+                    m: DaskMeasurer) -> tuple[threading.Thread, list[BaseException]]:
+    """tune_workload through ``m`` in a started thread; the list collects what it raised."""
+    errors: list[BaseException] = []
+
+    def tune() -> None:
+        try:
+            with TuningDatabase(db_path) as db:
+                tune_workload(wl, target, db, options, None, None, measurer=m)
+        except BaseException as err:  # noqa: BLE001 - re-raised by the tests
+            errors.append(err)
+
+    thread = threading.Thread(target=tune)
+    thread.start()
+    return thread, errors
+
+
 def test_same_seed_measures_the_same_configs_as_the_local_path(client, tmp_path: Path) -> None:  # noqa: ANN001
     wl, target = make_workload("matmul", "16,16,16"), cpu_target()
     with TuningDatabase(tmp_path / "local.db") as db, Builder() as b, CpuRunner() as r:
@@ -75,17 +92,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_measures_nothing_twice(client
     trials = 24
     m = DaskMeasurer(client, wl, target, QUICK)
     db_path = tmp_path / "kill.db"
-    errors: list[BaseException] = []
-
-    def tune() -> None:
-        try:
-            with TuningDatabase(db_path) as db:
-                tune_workload(wl, target, db, _options(trials, seed=2), None, None, measurer=m)
-        except BaseException as err:  # noqa: BLE001 - re-raised by the test below
-            errors.append(err)
-
-    thread = threading.Thread(target=tune)
-    thread.start()
+    thread, errors = _tune_in_thread(db_path, wl, target, _options(trials, seed=2), m)
     pids = client.run(os.getpid)  # worker address -> pid
     victim = None
     deadline = time.monotonic() + 60
@@ -165,17 +172,7 @@ def test_a_candidate_whose_run_two_workers_died_in_is_recorded_as_an_error(clien
                           run=slow)
     m = DaskMeasurer(client, wl, target, slow)
     db_path = tmp_path / "twice.db"
-    errors: list[BaseException] = []
-
-    def tune() -> None:
-        try:
-            with TuningDatabase(db_path) as db:
-                tune_workload(wl, target, db, options, None, None, measurer=m)
-        except BaseException as err:  # noqa: BLE001 - re-raised by the test below
-            errors.append(err)
-
-    thread = threading.Thread(target=tune)
-    thread.start()
+    thread, errors = _tune_in_thread(db_path, wl, target, options, m)
     doomed, config, killed = None, None, 0
     deadline = time.monotonic() + 90
     while killed < 2 and time.monotonic() < deadline and thread.is_alive():
