@@ -20,7 +20,7 @@ from .tasks import Ran, Session, build_candidate, run_candidate
 
 NO_WORKER_GRACE_S = 20.0  # runs waiting this long with no worker that can measure them: give up
 POLL_S = 0.5
-DEFAULT_DEPTH = 3  # batches in flight: one running, one building, one queued behind them
+DEFAULT_DEPTH = 3  # batches in flight with one runner: one running, one building, one proposed
 
 
 class DaskMeasurer:
@@ -34,13 +34,14 @@ class DaskMeasurer:
     pipelined = True
 
     def __init__(self, client: Any, workload: Workload, target: Target, run_options: RunOptions | None = None,
-                 seed: int | None = None, resource: str | None = None, depth: int = DEFAULT_DEPTH,
+                 seed: int | None = None, resource: str | None = None, depth: int | None = None,
                  no_worker_grace_s: float = NO_WORKER_GRACE_S) -> None:
         self.client, self.workload, self.target = client, workload, target
         self.resource = resource or measure_resource(target)
-        self.depth = depth
         self.no_worker_grace_s = no_worker_grace_s
         self.runners = len(require_measuring_workers(client, target, self.resource))
+        # one more batch in flight per further runner, so that every runner's queue stays non-empty
+        self.depth = depth or DEFAULT_DEPTH + self.runners - 1
         task = prepare_task(workload, target, run_options, seed, label=f"dask-{id(self)}")
         self.options = task.options
         # a task, not scattered data: a worker that dies holding it costs a recomputation, not the session

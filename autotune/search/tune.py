@@ -209,6 +209,7 @@ def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tun
     serial loop: a config is measured only under this process's claim, never twice."""
     inflight: dict[int, list[Trial]] = {}  # batch -> its results so far
     sizes: dict[int, int] = {}
+    queued: set[str] = set()  # keys of configs in flight (a claim of this process may be granted again)
     exhausted = False
     while True:
         while not exhausted and len(inflight) < measurer.depth and not _out_of_time(options, start):
@@ -228,11 +229,12 @@ def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tun
                 exhausted = True
                 break
             keys = [config_key(c) for c in configs]
-            granted = set(db.claim(wl.key, target.key, keys, owner, budget=options.trials))
+            granted = set(db.claim(wl.key, target.key, keys, owner, budget=options.trials)) - queued
             mine = [c for c, k in zip(configs, keys) if k in granted]
             if mine:
                 batch = measurer.submit(mine, [space.steps(c) for c in mine])
                 inflight[batch], sizes[batch] = [], len(mine)
+                queued |= granted
         if not inflight:
             if exhausted or _out_of_time(options, start):
                 return
@@ -244,7 +246,9 @@ def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tun
             if len(inflight[batch]) == sizes[batch]:
                 trials = inflight.pop(batch)
                 tuner.update([t.config for t in trials], [t.mean_s for t in trials])
-                known |= {config_key(t.config) for t in trials}
+                done = {config_key(t.config) for t in trials}
+                known |= done
+                queued -= done
 
 
 def _out_of_time(options: TuneOptions, start: float) -> bool:
