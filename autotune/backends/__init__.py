@@ -28,6 +28,9 @@ class TargetBackend:
     kind = ""
     version_fields: tuple[str, ...] = ()  # fingerprint fields that name software versions
     profiles_modules = False  # compiled modules can be profiled call by call (compile --profile, rerank)
+    # kernels run on a device of their own: bench times them against PyTorch on that device, not
+    # against numpy / onnxruntime in this process
+    benched_against_torch = False
 
     def resolve(self) -> Target:
         """The target of this kind on this machine; raises RuntimeError where there is none."""

@@ -12,6 +12,7 @@ from . import TargetBackend, register
 class CudaBackend(TargetBackend):
     kind = "cuda"
     version_fields = ("driver_version", "nvcc")
+    benched_against_torch = True
 
     def resolve(self) -> Any:
         from ..measure.cuda_builder import nvcc_version

@@ -221,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"({target.kind} {target.key}); run scripts/tune.py --db {args.db} here first"
             )
         print(f"target: {target.describe()} [{target.key}]", flush=True)
-        if target.kind == "cuda":
+        if target.backend.benched_against_torch:
             return _run_cuda(best, target, db, args)
         rows = []
         with Builder(workers=1) as builder:

@@ -336,7 +336,7 @@ def run_model_bench(args: argparse.Namespace) -> int:
 
     model = load(args.model, args.input_shape, args.precision, args.target)
     target = resolve_target(args.target)
-    if target.kind == "cuda":
+    if target.backend.benched_against_torch:
         return run_model_bench_cuda(args, model, target)
     session = onnxruntime_session(model)  # before compiling: a model it cannot run is refused at once
     module, feeds, ours = _compile_and_run(args, model, target)
