@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from .confirm import confirm_finalists, missing_confirmations
 from .context import TuneContext
 from .measure_batch import Trial, WorkloadMeasurer
 from .tuner import Tuner, make_tuner
+
+log = logging.getLogger("autotune.tune")
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,9 @@ def tune_workload(
                 trials.append(trial)
             tuner.update([t.config for t in trials], [t.mean_s for t in trials])
             known |= {config_key(t.config) for t in trials}
+            log.debug("%s: batch of %d measured (%d failed), %d of %d trials in the DB, best %.1f GFLOP/s",
+                      workload_label(wl), len(trials), sum(1 for t in trials if t.error_kind), len(known),
+                      options.trials, wl.flops / best_s / 1e9 if best_s < math.inf else 0.0)
         if bar is not None:
             bar.close()
         # other tuners still measuring this pair would load the machine and may still find new
