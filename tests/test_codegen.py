@@ -289,29 +289,41 @@ def test_lane_invariant_select_vectorizes(check_kernel, host_target) -> None:  #
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("lanes", [4, 8, 16])
-def test_lane_wise_exp_is_accurate(tmp_path, lanes: int) -> None:  # noqa: ANN001
+def test_lane_wise_math_is_accurate(tmp_path, lanes: int) -> None:  # noqa: ANN001
     import ctypes
 
     from autotune.codegen import CpuRenderer
 
-    src = tmp_path / "vexp.c"
-    src.write_text(CpuRenderer(lanes).prelude() + f"""
-void vexp(const float* x, float* y, int n) {{
-  for (int i = 0; i < n; i += {lanes}) at_vstore(y + i, at_vexp(at_vload(x + i)));
+    src = tmp_path / "vmath.c"
+    src.write_text(CpuRenderer(lanes).prelude() + "".join(f"""
+void v{f}(const float* x, float* y, int n) {{
+  for (int i = 0; i < n; i += {lanes}) at_vstore(y + i, at_v{f}(at_vload(x + i)));
 }}
-""")
-    lib = tmp_path / "vexp.so"
+""" for f in ("exp", "sigmoid", "tanh")))
+    lib = tmp_path / "vmath.so"
     subprocess.run(["gcc", "-O3", "-march=native", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True,
                    timeout=120)
+    so = ctypes.CDLL(str(lib))
     rng = np.random.default_rng()
+
+    def run(f: str, x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float32)
+        y = np.empty_like(x)
+        getattr(so, f"v{f}")(x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p),
+                             ctypes.c_int(x.size))
+        return y
+
     x = np.concatenate([np.linspace(-87.3, 88.7, 4096 * lanes),
                         np.clip(rng.standard_normal(1024 * lanes) * 20, -87.3, 88.7), np.zeros(lanes)])
-    x = x.astype(np.float32)
-    y = np.empty_like(x)
-    ctypes.CDLL(str(lib)).vexp(x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p),
-                               ctypes.c_int(x.size))
-    ref = np.exp(x.astype(np.float64))
-    assert np.max(np.abs(y - ref) / ref) < 3e-7  # about 2 float32 ulp over the whole normal range
+    ref = np.exp(x.astype(np.float32).astype(np.float64))
+    assert np.max(np.abs(run("exp", x) - ref) / ref) < 3e-7  # about 2 float32 ulp over the whole normal range
+    x = np.concatenate([np.linspace(-30, 30, 4096 * lanes), rng.standard_normal(1024 * lanes) * 3,
+                        rng.standard_normal(1024 * lanes) * 1e-3, np.zeros(lanes)]).astype(np.float32)
+    x64 = x.astype(np.float64)
+    sig = 1.0 / (1.0 + np.exp(-x64))
+    assert np.max(np.abs(run("sigmoid", x) - sig) / sig) < 1e-6
+    th = np.tanh(x64)
+    assert np.max(np.abs(run("tanh", x) - th) / np.maximum(np.abs(th), 1e-30)) < 1e-6  # relative, near 0 too
 
 
 def test_vectorized_row_reductions_are_correct(check_kernel, host_target) -> None:  # noqa: ANN001
@@ -333,12 +345,12 @@ def test_vectorized_row_reductions_are_correct(check_kernel, host_target) -> Non
 
 
 def test_vectorized_reduction_loop_without_vector_form_runs_in_order(check_kernel, host_target) -> None:  # noqa: ANN001
-    """A reduction loop marked vectorize whose body has no lane-wise form (tanh) must not become an
+    """A reduction loop marked vectorize whose body has no lane-wise form (log) must not become an
     ``omp simd`` loop (its accumulator is carried from lane to lane): it stays a serial loop."""
     lanes = host_target.vector_lanes
     x = te.placeholder((3, 4 * lanes), "float32", "x")
     r = te.reduce_axis(4 * lanes, "r")
-    out = te.compute((3,), lambda i: te.sum(te.tanh(x[i, r]), r), name="out")
-    wl = te.Workload("sum_tanh", [x], [out], lambda x: [np.tanh(x.astype(np.float64)).sum(axis=1)])
+    out = te.compute((3,), lambda i: te.sum(te.log(x[i, r] * x[i, r] + 1.0), r), name="out")
+    wl = te.Workload("sum_log", [x], [out], lambda x: [np.log(x.astype(np.float64) ** 2 + 1).sum(axis=1)])
     prog = check_kernel(wl, [SplitStep("out", "r", lanes), vectorize("out", "r.1")])
     assert "#pragma omp simd" not in prog.source and "at_hadd(" not in kernel_body(prog)

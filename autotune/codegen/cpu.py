@@ -70,6 +70,18 @@ static inline {v} at_vexp({v} x) {{
   at_i32x{n} k = __builtin_convertvector(t, at_i32x{n}), h = k >> 1;  /* 2^k = 2^h 2^(k-h): */
   at_i32x{n} e1 = (h + 127) << 23, e2 = (k - h + 127) << 23;          /* both stay normal */
   return y * ({v})e1 * ({v})e2; }}
+static inline {v} at_vsigmoid({v} x) {{ return 1.0f / (1.0f + at_vexp(-x)); }}
+/* tanh: 1 - 2 / (e^2x + 1), and for |x| < 0.625 (where that cancels) the odd polynomial
+   x + x^3 P(x^2) (Cephes' tanhf coefficients) */
+static inline {v} at_vtanh({v} x) {{
+  {v} e = at_vexp(x + x), big = 1.0f - 2.0f / (e + 1.0f), z = x * x;
+  {v} p = z * -5.70498872745e-3f + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  {v} small = p * z * x + x;
+  at_i32x{n} m = at_vmax(x, -x) < 0.625f;
+  return ({v})((m & (at_i32x{n})small) | (~m & (at_i32x{n})big)); }}
 """
 
     def loop_pragma(self, s: For) -> str | None:

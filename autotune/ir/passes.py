@@ -164,7 +164,7 @@ def free_vars_deep(e: Expr) -> set[Var]:
     return {n for n in _walk_deep(e) if isinstance(n, Var)}
 
 
-VECTOR_CALLS = ("exp",)  # math functions the renderers have lane-wise versions of
+VECTOR_CALLS = ("exp", "sigmoid", "tanh")  # math functions the renderers have lane-wise versions of
 
 
 def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
