@@ -374,3 +374,30 @@ def test_make_replay_db_measures_a_whole_space_and_exports_it(tmp_path: Path) ->
     # the export answers every valid config of the space, one (the fastest) record each
     assert {config_key(c) for c in task.space} == set(task.records)
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_confirmation_refuses_a_start_far_slower_than_the_search(monkeypatch) -> None:
+    """A machine already busy when confirmation begins (every timing of the reference as slow, far
+    over its search-phase time) sets no baseline: those timings are dropped and the round measured
+    again, so a uniformly slowed round cannot become the finalists' confirmed times."""
+    from autotune.search import confirm
+    from autotune.search.measure_batch import Trial
+
+    monkeypatch.setattr(confirm, "BACKOFF_S", 0.0)
+    schedule = iter([8e-3, 10e-6])  # the first attempt: everything 8 ms; then the machine is quiet
+
+    class Scripted:
+        def measure(self, configs, steps):  # noqa: ANN001, ANN201 - the measurer's interface
+            t = next(schedule)
+            return [Trial(c, s, (t * (1.0 if c is ref else 1.2),), None, "", 0.0)
+                    for c, s in zip(configs, steps)]
+
+    class Space:
+        def steps(self, config):  # noqa: ANN001, ANN201
+            return []
+
+    ref, other = {"x": 1}, {"x": 2}
+    baseline: list[float] = []
+    kept = confirm._confirm_round(Scripted(), Space(), ref, [other], baseline, searched_s=10e-6)
+    assert kept is not None and [t.mean_s for t in kept] == [pytest.approx(12e-6)]
+    assert baseline == [pytest.approx(10e-6)]

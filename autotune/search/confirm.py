@@ -29,6 +29,10 @@ log = logging.getLogger("autotune.confirm")
 # kept: finalists never hold different numbers of confirmations, so load cannot re-rank them, and
 # a round that stays disturbed is dropped, leaving the ranking as it was (rerun to finish).
 REFERENCE_SLOWDOWN = 1.5
+# ... and the confirmation's starting point itself must be within this factor of the reference's
+# search-phase time: a machine already busy when confirmation begins (every first timing slow
+# alike) would otherwise set a slow baseline that every later timing passes
+SEARCH_SLOWDOWN = 3.0
 RETRIES = 4  # re-measurements of a round's disturbed finalists before the round is given up
 BACKOFF_S = 1.0  # wait before a retry, doubled each time
 
@@ -74,7 +78,8 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
         while mine:
             keys = [k for k, n in mine.items() if n > 0]
             kept = _confirm_round(measurer, space, reference.config,
-                                  [by_key[keys[i]] for i in rng.permutation(len(keys))], baseline)
+                                  [by_key[keys[i]] for i in rng.permutation(len(keys))], baseline,
+                                  reference.mean_s)
             if kept is None:
                 log.warning(
                     "%s: the machine's timing shifted during confirmation (the reference kernel ran "
@@ -93,11 +98,12 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
 
 
 def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: list[dict],
-                   baseline: list[float]) -> list[Trial] | None:
+                   baseline: list[float], searched_s: float = math.inf) -> list[Trial] | None:
     """One confirmation of each config, each timed between two timings of ``reference``; a config
     whose reference timings ran over REFERENCE_SLOWDOWN x ``baseline[0]`` (set from the first
-    timings when empty) is measured again, after a pause. Returns the kept trials in the order of
-    ``configs``, or None when some config stayed disturbed through RETRIES re-measurements."""
+    timings when empty, and only when those are within SEARCH_SLOWDOWN x ``searched_s``, the
+    reference's search-phase time) is measured again, after a pause. Returns the kept trials in the
+    order of ``configs``, or None when some config stayed disturbed through RETRIES re-measurements."""
     kept: dict[int, Trial] = {}
     todo = list(range(len(configs)))
     for attempt in range(RETRIES + 1):
@@ -111,7 +117,12 @@ def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: 
         log.debug("reference timings %s, finalists %s", refs, [t.mean_s for t in trials[1::2]])
         if not baseline:
             finite = sorted(r for r in refs if math.isfinite(r))
-            baseline.append(finite[len(finite) // 2] if finite else math.inf)
+            start = finite[len(finite) // 2] if finite else math.inf
+            if start > SEARCH_SLOWDOWN * searched_s:
+                log.debug("reference at %.3g s against %.3g s when searched: busy from the start", start,
+                          searched_s)
+                continue
+            baseline.append(start)
         limit = baseline[0] * REFERENCE_SLOWDOWN
         for j, i in enumerate(todo):
             if max(refs[j], refs[j + 1]) <= limit:
