@@ -63,17 +63,28 @@ def test_module_builds_with_nvcc_and_fails_to_load_clearly_without_a_gpu(tmp_pat
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
-@pytest.mark.parametrize("spec", [MLP, BERT], ids=["mlp", "bert"])
-def test_cuda_module_matches_onnxruntime(spec: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spec,precision",
+    [(MLP, "fp32"), (BERT, "fp32"), (MLP, "fp16"), (BERT, "fp16"), ("zoo:resnet18?image=32,width=8", "fp16"),
+     (BERT, "bf16")],
+    ids=["mlp", "bert", "mlp_fp16", "bert_fp16", "resnet_fp16", "bert_bf16"],
+)
+def test_cuda_module_matches_onnxruntime(spec: str, precision: str, tmp_path: Path) -> None:
+    """The module on the GPU against onnxruntime's float32: within 1e-4 in fp32, within the
+    precision's stated tolerance (graph.precision.OUTPUT_TOLERANCE) with tensor-core products."""
+    from autotune.graph.precision import output_tolerance
     from autotune.measure.cuda_device import query_device
     from autotune.target import cuda_target
 
-    module = compile_model(spec, cuda_target(query_device()), cache_dir=str(tmp_path), verbose=False)
+    graph = load_model(spec)
+    graph.precision = precision
+    module = compile_model(graph, cuda_target(query_device()), cache_dir=str(tmp_path), verbose=False)
     feeds = module.random_inputs(np.random.default_rng(5))
     ours = module.run(feeds)
     sess = ort.InferenceSession(zoo.make_model(spec).SerializeToString(), providers=["CPUExecutionProvider"])
+    tol = 1e-4 if precision == "fp32" else output_tolerance(precision)
     for o, r in zip(ours, sess.run(None, feeds)):
-        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(r).max())))
+        np.testing.assert_allclose(o, r, rtol=tol, atol=tol * max(1.0, float(np.abs(r).max())))
     costs = module.time(feeds, repeat=3, min_repeat_ms=5)
     assert len(costs) == 3 and all(c > 0 for c in costs)
 

@@ -66,6 +66,9 @@ def torch_baseline(wl: Workload) -> Callable[..., Any] | None:
         "bias_add_relu": lambda x, b: torch.relu(x + b),
     }
     if wl.name == "gemm":
+        if p["kind"] == "conv2d":  # dims n, c, h, w, f, kh, kw, stride, pad
+            stride, pad = p["dims"][7], p["dims"][8]
+            return lambda x, w: F.conv2d(x, w, stride=stride, padding=pad)
         return table[p["kind"]]
     return table.get(wl.name)
 
