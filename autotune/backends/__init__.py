@@ -31,6 +31,8 @@ class TargetBackend:
     # kernels run on a device of their own: bench times them against PyTorch on that device, not
     # against numpy / onnxruntime in this process
     benched_against_torch = False
+    # a kernel is timed with the whole machine to itself (a CPU): runners of one host take turns
+    runs_own_host = False
 
     def resolve(self) -> Target:
         """The target of this kind on this machine; raises RuntimeError where there is none."""
@@ -70,6 +72,11 @@ class TargetBackend:
         """The options a workload's kernels are measured with (default: ``options`` as given)."""
         del workload
         return options
+
+    def runner_envs(self) -> list[dict[str, str]] | None:
+        """The environment of each runner this host holds (one measuring worker each on a
+        cluster), or None: any number, that take turns (runs_own_host)."""
+        return None
 
     def module_backend(self, target: Target, **kwargs: Any) -> Any:
         """The graph runtime's ModuleBackend: builds a compiled model for the target."""

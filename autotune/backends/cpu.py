@@ -14,6 +14,7 @@ class CpuBackend(TargetBackend):
     kind = "cpu"
     version_fields = ("compiler",)
     profiles_modules = True
+    runs_own_host = True
 
     def resolve(self) -> Any:
         from ..target import cpu_target

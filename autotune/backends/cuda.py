@@ -4,9 +4,25 @@ there, on the run path only)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from typing import Any, Sequence
 
 from . import TargetBackend, register
+
+GPU_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this host shows: CUDA_VISIBLE_DEVICES where set, else the indices nvidia-smi lists."""
+    listed = os.environ.get(GPU_ENV)
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    return [str(i) for i, _ in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
 
 
 class CudaBackend(TargetBackend):
@@ -54,6 +70,10 @@ class CudaBackend(TargetBackend):
 
     def run(self, runner: Any, lib_path: str, name: str, payload: Any, task_id: str, options: Any) -> Any:
         return runner.run(lib_path, payload, task_id, options)
+
+    def runner_envs(self) -> list[dict[str, str]] | None:
+        """One runner per visible GPU, each seeing only its own."""
+        return [{GPU_ENV: g} for g in visible_gpus()]
 
     def module_backend(self, target: Any, **kwargs: Any) -> Any:
         from ..graph.runtime import CudaModuleBackend

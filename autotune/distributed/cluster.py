@@ -30,10 +30,12 @@ def measure_resource(target: Any) -> str:
 
 
 def connect(address: str | None = None, workers: int | None = None, resource: str = "measure-cpu",
-            threads_per_worker: int = 1) -> Any:
+            runner_envs: list[dict[str, str]] | None = None, threads_per_worker: int = 1) -> Any:
     """A dask.distributed Client: of the scheduler at ``address``, or of a new LocalCluster of
-    ``workers`` worker processes (``threads_per_worker`` threads each), every one declaring
-    ``resource`` (one runner each). The caller closes it (and its cluster, ``client.cluster``)."""
+    ``workers`` worker processes (``threads_per_worker`` threads each). With ``runner_envs`` (the
+    target backend's: a GPU each) one worker per runner declares ``resource`` and gets that
+    environment, the others only build; without (a CPU, whose runners take turns), every worker
+    declares it. The caller closes it (and its cluster, ``client.cluster``): ``close``."""
     try:
         import dask
         from distributed import Client, LocalCluster
@@ -49,9 +51,18 @@ def connect(address: str | None = None, workers: int | None = None, resource: st
         raise ClusterError("a local cluster needs at least one worker")
     logging.getLogger("distributed").setLevel(logging.WARNING)  # its start and stop lines are noise here
     dask.config.set(WORKER_CONFIG)  # for good: the nannies read it again to restart a worker that died
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=threads_per_worker, processes=True,
-                           resources={resource: 1}, dashboard_address=None, silence_logs=40)
-    return Client(cluster)
+    cluster = LocalCluster(n_workers=0, threads_per_worker=threads_per_worker, processes=True,
+                           dashboard_address=None, silence_logs=40)
+    envs = (runner_envs if runner_envs is not None else [{}] * workers)[:workers]
+    for i in range(workers):
+        spec = dict(cluster.new_spec, options=dict(cluster.new_spec["options"]))
+        if i < len(envs):
+            spec["options"].update(resources={resource: 1}, env=envs[i])
+        cluster.worker_spec[f"{'measure' if i < len(envs) else 'build'}-{i}"] = spec
+    cluster.scale(workers)
+    client = Client(cluster)
+    client.wait_for_workers(workers)
+    return client
 
 
 def measuring_workers(client: Any, resource: str) -> list[str]:

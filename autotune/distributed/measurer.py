@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..measure import ErrorKind, RunOptions
@@ -20,7 +21,19 @@ from .tasks import Ran, Session, build_candidate, run_candidate
 
 NO_WORKER_GRACE_S = 20.0  # runs waiting this long with no worker that can measure them: give up
 POLL_S = 0.5
+MAX_REBUILDS = 2  # builds redone after dying workers took them (or their results) with them
 DEFAULT_DEPTH = 3  # batches in flight with one runner: one running, one building, one proposed
+
+
+@dataclass
+class _Candidate:
+    batch: Any
+    order: int  # submission order: runs start in it (earlier batches first)
+    config: dict
+    steps: list[Step]
+    build: Any = None  # its build future
+    run: Any = None  # its run future, once a runner slot was free
+    rebuilds: int = 0
 
 
 class DaskMeasurer:
@@ -28,8 +41,11 @@ class DaskMeasurer:
 
     Runs need the worker resource ``resource`` (default ``measure_resource(target)``); raises
     ClusterError at once when no worker declares it, and from ``completed`` when none has for
-    ``NO_WORKER_GRACE_S`` while runs wait. A candidate whose run was on two workers that died is
-    an error (``runtime_crash``); one that lost a single worker is run again on another."""
+    ``NO_WORKER_GRACE_S`` while runs wait. Builds are queued freely; a run is submitted only when
+    its build is done and a runner is free (one run per measuring worker at a time), so a worker
+    that dies was running exactly one candidate: that one is run again elsewhere, and a candidate
+    whose run two dying workers held is an error (``runtime_crash``: the kernel, not the worker;
+    the scheduler's allowed-failures of 1). Builds lost with dying workers are redone."""
 
     pipelined = True
 
@@ -48,7 +64,10 @@ class DaskMeasurer:
         self._session = client.submit(_hold, Session(workload, target, task), pure=False, priority=1)
         self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # summed over workers
         self.runs_by_pid: dict[int, int] = {}  # runner worker pid -> runs it made
-        self._pending: dict[Any, tuple[Any, dict, list[Step]]] = {}  # run future -> (batch, config, steps)
+        self._building: dict[Any, _Candidate] = {}  # build future -> candidate
+        self._built: list[_Candidate] = []  # built, waiting for a runner
+        self._running: dict[Any, _Candidate] = {}  # run future -> candidate
+        self._order = itertools.count()
         self._batch_no = itertools.count()
         self._starved_since: float | None = None
 
@@ -57,70 +76,123 @@ class DaskMeasurer:
         n = next(self._batch_no)
         batch = n if batch is None else batch
         for cfg, st in zip(configs, steps):
-            built = self.client.submit(build_candidate, self._session, st, pure=False, priority=-2 * n)
-            ran = self.client.submit(run_candidate, self._session, built, pure=False, priority=1 - 2 * n,
-                                     resources={self.resource: 1})
-            self._pending[ran] = (batch, cfg, st)
+            self._start_build(_Candidate(batch, next(self._order), cfg, st))
         return batch
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._building) + len(self._built) + len(self._running)
 
     def completed(self) -> Iterator[tuple[Any, Trial]]:
         """(batch, trial) of every candidate that finished since the last call; waits until at least
         one has when any are pending."""
         from distributed import wait
 
-        while self._pending:
+        while self.in_flight:
+            self._start_runs()
             try:
-                done, _ = wait(list(self._pending), timeout=POLL_S, return_when="FIRST_COMPLETED")
+                done, _ = wait([*self._building, *self._running], timeout=POLL_S,
+                               return_when="FIRST_COMPLETED")
             except TimeoutError:  # (wait raises where it times out)
                 done = set()
-            if done:
+            finished = []
+            for fut in done:
+                if fut in self._building:
+                    self._after_build(fut, self._building.pop(fut), finished)
+                else:
+                    self._after_run(fut, self._running.pop(fut), finished)
+            if finished:
                 self._starved_since = None
-                for fut in done:
-                    batch, cfg, st = self._pending.pop(fut)
-                    yield batch, self._trial(fut, cfg, st)
+                self._start_runs()  # the freed runners' next candidates first, then the caller's work
+                yield from finished
                 return
-            self._check_workers()
+            if not done:
+                self._check_workers()
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
         """Measure one batch and wait for it (nothing else may be in flight)."""
         self.submit(configs, steps)
-        while self._pending:
+        while self.in_flight:
             for _, trial in self.completed():
                 yield trial
 
     def close(self) -> None:
         """Cancel what is still queued and drop the session's data on the cluster."""
-        if self._pending:
-            self.client.cancel(list(self._pending))
-            self._pending.clear()
+        pending = [*self._building, *self._running, *(c.build for c in self._built)]
+        if pending:
+            self.client.cancel(pending)
+        self._building.clear()
+        self._built.clear()
+        self._running.clear()
         self._session.release()
 
-    def _trial(self, fut: Any, cfg: dict, st: list[Step]) -> Trial:
+    # -- internals ------------------------------------------------------------
+
+    def _start_build(self, c: _Candidate) -> None:
+        c.build = self.client.submit(build_candidate, self._session, c.steps, pure=False, priority=-c.order)
+        self._building[c.build] = c
+
+    def _start_runs(self) -> None:
+        self._built.sort(key=lambda c: c.order)
+        while self._built and len(self._running) < self.runners:
+            c = self._built.pop(0)
+            c.run = self.client.submit(run_candidate, self._session, c.build, pure=False,
+                                       resources={self.resource: 1}, priority=1)
+            self._running[c.run] = c
+
+    def _after_build(self, fut: Any, c: _Candidate, finished: list) -> None:
+        from distributed import KilledWorker
+
+        if fut.status == "finished":
+            self._built.append(c)
+            return
+        try:
+            fut.result()
+        except KilledWorker:
+            if c.rebuilds < MAX_REBUILDS:  # queued on workers that died: build it again
+                c.rebuilds += 1
+                self._start_build(c)
+                return
+            finished.append((c.batch, self._error(c, ErrorKind.BUILD_ERROR, "workers died building it")))
+        except Exception as err:  # noqa: BLE001 - a build task's own failure is this candidate's error
+            finished.append((c.batch, self._error(c, ErrorKind.BUILD_ERROR, f"{type(err).__name__}: {err}")))
+
+    def _after_run(self, fut: Any, c: _Candidate, finished: list) -> None:
         from distributed import KilledWorker
 
         try:
             ran: Ran = fut.result()
         except KilledWorker as err:
-            return Trial(cfg, st, (), ErrorKind.RUNTIME_CRASH.value,
-                         f"two workers died while measuring it (the kernel, not the worker): {err}", 0.0)
-        except Exception as err:  # noqa: BLE001 - a task's own failure is this candidate's error
-            return Trial(cfg, st, (), ErrorKind.RUNTIME_ERROR.value, f"{type(err).__name__}: {err}", 0.0)
+            if err.task != fut.key and c.rebuilds < MAX_REBUILDS:  # its build was lost, not its run
+                c.rebuilds += 1
+                self._start_build(c)
+                return
+            msg = f"two workers died while running it (the kernel, not the worker): {err}"
+            finished.append((c.batch, self._error(c, ErrorKind.RUNTIME_CRASH, msg)))
+            return
+        except Exception as err:  # noqa: BLE001 - a run task's own failure is this candidate's error
+            msg = f"{type(err).__name__}: {err}"
+            finished.append((c.batch, self._error(c, ErrorKind.RUNTIME_ERROR, msg)))
+            return
         b, r = ran.built, ran.result
         self.seconds["render"] += b.render_s
         self.seconds["build"] += b.build_s
         if r is None:
-            return Trial(cfg, st, (), b.error_kind, b.error_msg, b.build_s)
+            finished.append((c.batch, Trial(c.config, c.steps, (), b.error_kind, b.error_msg, b.build_s)))
+            return
         self.seconds["run"] += r.run_s
         self.runs_by_pid[ran.worker_pid] = self.runs_by_pid.get(ran.worker_pid, 0) + 1
         kind = r.error_kind.value if r.error_kind is not None else None
-        return Trial(cfg, st, tuple(r.costs), kind, r.error_msg, b.build_s)
+        finished.append((c.batch, Trial(c.config, c.steps, tuple(r.costs), kind, r.error_msg, b.build_s)))
+
+    @staticmethod
+    def _error(c: _Candidate, kind: ErrorKind, msg: str) -> Trial:
+        return Trial(c.config, c.steps, (), kind.value, msg, 0.0)
 
     def _check_workers(self) -> None:
-        if measuring_workers(self.client, self.resource):
+        workers = measuring_workers(self.client, self.resource)
+        if workers:
+            self.runners = len(workers)  # (workers may join or leave)
             self._starved_since = None
             return
         now = time.monotonic()
@@ -129,7 +201,7 @@ class DaskMeasurer:
         elif now - self._starved_since > self.no_worker_grace_s:
             raise ClusterError(f"no worker of the cluster can measure {self.target.kind} target "
                                f"{self.target.key} (resource {self.resource}) any more; "
-                               f"{len(self._pending)} candidates unmeasured, their claims released")
+                               f"{self.in_flight} candidates unmeasured, their claims released")
 
 
 def _hold(session: Session) -> Session:
@@ -146,7 +218,7 @@ def cluster_measurers(target: Target, run_options: RunOptions | None, address: s
     from .cluster import close, connect
 
     resource = measure_resource(target)
-    client = connect(address, workers, resource=resource)
+    client = connect(address, workers, resource=resource, runner_envs=target.backend.runner_envs())
     try:
         require_measuring_workers(client, target, resource)
     except ClusterError:

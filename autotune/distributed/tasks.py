@@ -5,14 +5,16 @@ worker; libraries travel as bytes with the build result, so a run may happen on 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..measure import ErrorKind, RunResult
 from ..schedule import ScheduleError, Step
@@ -104,15 +106,33 @@ def run_candidate(session: Session, built: Built) -> Ran:
             runner.set_task(task.task_id, task.inputs, task.reference, task.output_specs)
             _tasks_set[target.key].add(task.task_id)
     lib = _local_library(built)
-    result = target.backend.run(runner, lib, built.name, built.payload, task.task_id, task.options)
+    with _host_lock(target) if target.backend.runs_own_host else contextlib.nullcontext():
+        result = target.backend.run(runner, lib, built.name, built.payload, task.task_id, task.options)
     return Ran(dataclasses.replace(built, lib_bytes=None), result, pid)
+
+
+def _host_folder() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"autotune-dask-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def _host_lock(target: Target) -> Iterator[None]:
+    """Held while a kernel of ``target`` runs: the runners of one host time one kernel at a time
+    (the lock is the kernel's whole machine, whatever the number of workers on it)."""
+    with open(_host_folder() / f"run-{target.kind}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _local_library(built: Built) -> str:
     """The built library as a file on this host (named by its content hash, written once)."""
     assert built.lib_name is not None and built.lib_bytes is not None
-    folder = Path(tempfile.gettempdir()) / f"autotune-dask-{os.getuid()}"
-    folder.mkdir(exist_ok=True)
+    folder = _host_folder()
     path = folder / built.lib_name
     if not path.is_file():
         tmp = folder / f".{built.lib_name}.{os.getpid()}.{threading.get_ident()}"

@@ -1,47 +1,32 @@
 """Start this host's measuring workers for a Dask scheduler: one ``dask worker`` process per visible
-GPU (CUDA_VISIBLE_DEVICES set to that one GPU, resource ``measure-cuda``), or one CPU measuring
-worker (resource ``measure-cpu``) plus any number of build-only workers. Runs until interrupted,
-then stops its workers.
+GPU (CUDA_VISIBLE_DEVICES set to that one GPU, resource ``measure-cuda``), or CPU measuring
+workers (resource ``measure-cpu``; they build, and take turns running kernels) plus any number of
+build-only workers. Runs until interrupted, then stops its workers.
 
     python -m autotune.distributed.workers tcp://scheduler:8786 --target cuda
-    python -m autotune.distributed.workers tcp://scheduler:8786 --target cpu --build-workers 3
+    python -m autotune.distributed.workers tcp://scheduler:8786 --target cpu --workers 4
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
+from ..backends import backend_for, kinds
 from .cluster import WORKER_CONFIG
 
-GPU_ENV = "CUDA_VISIBLE_DEVICES"
 
-
-def visible_gpus() -> list[str]:
-    """The GPUs this host shows: CUDA_VISIBLE_DEVICES where set, else the indices nvidia-smi lists."""
-    listed = os.environ.get(GPU_ENV)
-    if listed is not None:
-        return [g.strip() for g in listed.split(",") if g.strip()]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
-    return [str(i) for i, _ in enumerate(ln for ln in out.splitlines() if ln.startswith("GPU "))]
-
-
-def worker_env(gpu: str | None = None) -> dict[str, str]:
-    """The environment of a measuring worker: non-daemonic (its runner is a child process), and
-    the one GPU it owns."""
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker: non-daemonic (its runner is a child process), plus ``extra``
+    (a runner's own, e.g. the one GPU it sees)."""
     env = dict(os.environ)
     for key, value in WORKER_CONFIG.items():
         env["DASK_" + key.upper().replace(".", "__").replace("-", "_")] = str(value)
-    if gpu is not None:
-        env[GPU_ENV] = gpu
-    return env
+    return {**env, **(extra or {})}
 
 
 def worker_command(scheduler: str, name: str, nthreads: int, resource: str | None) -> list[str]:
@@ -54,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autotune.distributed.workers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scheduler", help="the scheduler's address, e.g. tcp://10.0.0.1:8786")
-    p.add_argument("--target", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--target", default="cpu", choices=kinds())
     p.add_argument("--label", default="", help="the target's label (a second kind of machine of one "
                    "target kind: its resource is measure-<kind>-<label>)")
+    p.add_argument("--workers", type=int, default=1, help="CPU: measuring workers of one thread, that "
+                   "build and take turns running kernels (default 1)")
     p.add_argument("--build-workers", type=int, default=0, help="extra workers that only build")
     p.add_argument("--threads", type=int, default=0, help="threads of each measuring worker (its "
                    "other threads build); default 1 for the CPU, cores / GPUs for CUDA")
@@ -65,19 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     host = os.uname().nodename
     procs: list[subprocess.Popen] = []
 
-    def start(name: str, threads: int, res: str | None, gpu: str | None = None) -> None:
+    def start(name: str, threads: int, res: str | None, env: dict[str, str] | None = None) -> None:
         procs.append(subprocess.Popen(worker_command(args.scheduler, f"{host}-{name}", threads, res),
-                                      env=worker_env(gpu)))
+                                      env=worker_env(env)))
 
-    if args.target == "cuda":
-        gpus = visible_gpus()
-        if not gpus:
-            print("error: no visible GPU on this host (CUDA_VISIBLE_DEVICES, nvidia-smi -L)", file=sys.stderr)
-            return 2
-        for g in gpus:
-            start(f"gpu{g}", args.threads or max(1, (os.cpu_count() or 1) // len(gpus)), resource, g)
-    else:
-        start("cpu", args.threads or 1, resource)
+    envs = backend_for(args.target).runner_envs()  # one measuring worker per GPU
+    if envs is None:  # a CPU: its measuring workers take turns running kernels
+        envs = [{}] * args.workers
+    if not envs:
+        print(f"error: this host has nothing to measure {args.target} kernels on (no visible GPU: "
+              "CUDA_VISIBLE_DEVICES, nvidia-smi -L)", file=sys.stderr)
+        return 2
+    for i, env in enumerate(envs):
+        # a CPU worker: one thread (it builds between runs); a GPU's worker builds on its other threads
+        threads = args.threads or (1 if not env else max(1, (os.cpu_count() or 1) // len(envs)))
+        start(f"{args.target}{i}", threads, resource, env)
     for i in range(args.build_workers):
         start(f"build{i}", 1, None)
     print(f"started {len(procs)} workers for {args.scheduler} ({resource})", flush=True)
