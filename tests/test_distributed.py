@@ -211,3 +211,10 @@ def test_a_candidate_whose_run_two_workers_died_in_is_recorded_as_an_error(clien
     # Dask blames every task assigned to a dying worker: besides it, at most the one other run in
     # flight (one per runner) can have been queued behind it on both
     assert [r.error_kind for r in recs].count("runtime_crash") <= 2
+
+
+def test_the_launcher_refuses_a_host_without_gpus_in_one_line() -> None:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU visible: nothing to start
+    proc = subprocess.run([sys.executable, "-m", "autotune.distributed.workers", "tcp://127.0.0.1:1",
+                           "--target", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "GPU" in proc.stderr
