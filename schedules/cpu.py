@@ -284,8 +284,8 @@ class CpuSketch(Sketch):
             s3.append(f"{a}.1")
         if pack != "none":
             # loops the packed operand depends on go outside, so the copy is reused by the others
-            dep_s2 = [f"{a}.0" for a in self.axes if a in deps]
-            s2 = dep_s2 + [x for x in s2 if x not in dep_s2]
+            dep_inner = [f"{a}.0" for a in self.axes if a in deps]
+            s2 = dep_inner + [x for x in s2 if x not in dep_inner]
         steps.append(ReorderStep(R, tuple(r0 + s2 + r1 + s3)))
         if pack != "none":
             outer = r0 + s2

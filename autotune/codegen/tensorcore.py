@@ -295,9 +295,9 @@ class _Body:
             f"float at_acc[{mi}][{ni}][4];",
             f"for (int i = 0; i < {mi}; ++i) for (int j = 0; j < {ni}; ++j) for (int c = 0; c < 4; ++c)"
             " at_acc[i][j][c] = 0.0f;",
-            f"for (int at_s0 = 0; at_s0 < {t.stages - 1}; ++at_s0) {{",
-            "  if (at_s0 < at_kt)",
-            *["  " + x for x in self.load_stage("at_s0", "at_s0")],
+            f"for (int at_first = 0; at_first < {t.stages - 1}; ++at_first) {{",
+            "  if (at_first < at_kt)",
+            *["  " + x for x in self.load_stage("at_first", "at_first")],
             "  AT_CP_COMMIT();",
             "}",
             "for (int at_it = 0; at_it < at_kt; ++at_it) {",
