@@ -154,8 +154,8 @@ class DaskMeasurer:
                 self._start_build(c)
                 return
             finished.append((c.batch, self._error(c, ErrorKind.BUILD_ERROR, "workers died building it")))
-        except Exception as err:  # noqa: BLE001 - a build task's own failure is this candidate's error
-            finished.append((c.batch, self._error(c, ErrorKind.BUILD_ERROR, f"{type(err).__name__}: {err}")))
+        except Exception as err:  # noqa: BLE001 - a candidate's own failures come back as data
+            raise _cluster_failure("build", err) from None
 
     def _after_run(self, fut: Any, c: _Candidate, finished: list) -> None:
         from distributed import KilledWorker
@@ -170,10 +170,8 @@ class DaskMeasurer:
             msg = f"two workers died while running it (the kernel, not the worker): {err}"
             finished.append((c.batch, self._error(c, ErrorKind.RUNTIME_CRASH, msg)))
             return
-        except Exception as err:  # noqa: BLE001 - a run task's own failure is this candidate's error
-            msg = f"{type(err).__name__}: {err}"
-            finished.append((c.batch, self._error(c, ErrorKind.RUNTIME_ERROR, msg)))
-            return
+        except Exception as err:  # noqa: BLE001 - a candidate's own failures come back as data
+            raise _cluster_failure("run", err) from None
         b, r = ran.built, ran.result
         self.seconds["render"] += b.render_s
         self.seconds["build"] += b.build_s
@@ -202,6 +200,14 @@ class DaskMeasurer:
             raise ClusterError(f"no worker of the cluster can measure {self.target.kind} target "
                                f"{self.target.key} (resource {self.resource}) any more; "
                                f"{self.in_flight} candidates unmeasured, their claims released")
+
+
+def _cluster_failure(stage: str, err: Exception) -> ClusterError:
+    """A task that raised: the cluster (its software, a worker's set-up), not the candidate, whose
+    errors the tasks return as results; the run stops rather than record every candidate as failed."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    return ClusterError(f"a {stage} task failed on the cluster ({type(err).__name__}: {first}); do the "
+                        "scheduler and every worker have this autotune and dask installed?")
 
 
 def _hold(session: Session) -> Session:
