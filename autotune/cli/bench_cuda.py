@@ -20,7 +20,7 @@ from ..graph.torch_eager import fastest_cudnn_mode
 from ..measure.cuda_runner import CudaRunOptions
 from ..program import build_cuda_program
 from ..schedule import step_from_dict
-from ..search.measure_batch import tolerances
+from ..search.measure_batch import reduction_length, tolerances
 from ..search.tune import workload_label
 from ..target import Target
 from ..te import Workload, workload_from_description
@@ -138,7 +138,7 @@ def bench_cuda_record(
     b = builder.build(prog.kernels[0].name, prog.source)
     if b.error_kind is not None:
         return {**row, "ok": False, "error": f"build: {b.error_msg[:300]}"}
-    rtol, atol = tolerances(reference)
+    rtol, atol = tolerances(reference, wl.precision, reduction_length(wl))
     runner.set_task(wl.key, inputs, reference, [(o.shape, o.dtype) for o in wl.outputs])
     opts = CudaRunOptions(
         repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, rtol=rtol, atol=atol, timeout_s=60.0

@@ -357,7 +357,7 @@ def _leaky(cx: Emitter, node: torch.fx.Node) -> str:
 def _copy(cx: Emitter, node: torch.fx.Node) -> str:
     x = node.args[0]
     device = node.kwargs.get("device")
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and torch.device(device).type != tensor_vals(x)[0].device.type:
         raise GraphError(f"a copy to {device}")
     dt = out_dtype(node)
     if np_dtype(tensor_vals(x)[0].dtype) != dt:
@@ -756,12 +756,15 @@ def supported(node: torch.fx.Node) -> str | None:
         return "produces no tensor"
     ins = [a for a in node.all_input_nodes]
     try:
-        for v in vals + [t for a in ins for t in tensor_vals(a)]:
+        every = vals + [t for a in ins for t in tensor_vals(a)]
+        for v in every:
             static_type(v)
-            if v.device.type != "cpu":
+            if v.device.type not in ("cpu", "cuda"):
                 return f"a tensor on {v.device}"
     except GraphError as err:
         return str(err)
+    if len({v.device.type for v in every}) > 1:  # a region runs on one device (its target)
+        return "tensors on the CPU and the GPU"
     if any(math.prod(v.shape) == 0 for v in vals):
         return "an empty tensor"
     return None
