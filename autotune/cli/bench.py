@@ -23,6 +23,7 @@ from .common import (
     TARGETS,
     ArgParser,
     UsageError,
+    add_db_arg,
     add_exact_target_arg,
     float_at_least,
     int_in,
@@ -42,7 +43,7 @@ def build_parser(prog: str = "bench.py") -> argparse.ArgumentParser:
         "Exit status 1 if some kernel failed, 2 on bad input.",
     )
     p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
-    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_db_arg(p)
     add_exact_target_arg(p)
     p.add_argument(
         "--repeat", type=int_in(1), default=5, help="timed repeats per side; the median is kept (default 5)"

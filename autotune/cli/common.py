@@ -106,6 +106,14 @@ def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace],
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
+DEFAULT_DB = "tuning.db"
+
+
+def add_db_arg(p: argparse.ArgumentParser) -> None:
+    """--db (every command that reads or writes the records database)."""
+    p.add_argument("--db", default=DEFAULT_DB, help=f"records database file (default ./{DEFAULT_DB})")
+
+
 def add_exact_target_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exact-target", action="store_true",
                    help="use only records of this exact target; by default, where there are none, the "

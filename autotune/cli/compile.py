@@ -16,6 +16,7 @@ from .common import (
     TARGETS,
     ArgParser,
     UsageError,
+    add_db_arg,
     add_exact_target_arg,
     int_in,
     open_records,
@@ -37,7 +38,7 @@ def build_parser(prog: str = "compile.py") -> argparse.ArgumentParser:
     add_model_args(p, required=True)
     add_rerank_arg(p)
     p.add_argument("--target", default="cpu", help=f"where it runs: {', '.join(TARGETS)} (default cpu)")
-    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_db_arg(p)
     add_exact_target_arg(p)
     p.add_argument("-o", "--output", help="copy the built shared library here")
     p.add_argument("--check", action="store_true",

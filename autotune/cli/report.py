@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..target import Target
-from .common import ArgParser, UsageError, open_db, run_cli
+from .common import ArgParser, UsageError, add_db_arg, open_db, run_cli
 from .output import add_output_args, with_output
 
 
@@ -20,7 +20,7 @@ def build_parser(prog: str = "autotune report") -> argparse.ArgumentParser:
         "with --model, the model's estimated latency against the trials spent; errors by kind; the "
         "target's provenance. Reads the database only.",
     )
-    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_db_arg(p)
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     add_model_args(p)
     add_output_args(p)

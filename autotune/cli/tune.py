@@ -14,6 +14,7 @@ from .common import (
     TARGETS,
     ArgParser,
     UsageError,
+    add_db_arg,
     float_at_least,
     int_in,
     measure_tools,
@@ -60,7 +61,7 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
         help=f"measurements wanted per workload in the DB; a rerun tops up to this number "
         f"(resume after a kill) (default {DEFAULT_TRIALS})",
     )
-    p.add_argument("--db", default="tuning.db", help="records database file (default ./tuning.db)")
+    add_db_arg(p)
     p.add_argument("--strategy", default="xgb",
                    help=f"search strategy: {', '.join(STRATEGIES)} (default xgb: the XGBoost-guided search, "
                    "seeded from the DB's other records; it beat random search on real hardware, "
