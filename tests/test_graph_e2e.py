@@ -232,8 +232,8 @@ def test_bad_models_give_one_line_and_exit_2_without_touching_the_db(tool: str, 
 
 
 def test_tune_with_no_arguments_tunes_the_embedded_default_model(monkeypatch) -> None:  # noqa: ANN001
+    from autotune.cli import model as graph_cli
     from autotune.cli import tune
-    from autotune.graph import cli as graph_cli
 
     seen = {}
     monkeypatch.setattr(graph_cli, "run_model_tuning", lambda args: seen.update(vars(args)) or 0)

@@ -138,7 +138,7 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
 def test_the_winograd_option_takes_tile_sizes_and_defaults_per_target() -> None:
     import argparse
 
-    from autotune.graph.cli import winograd_sizes
+    from autotune.cli.model import winograd_sizes
     from autotune.graph.winograd import default_sizes
 
     assert winograd_sizes("4,2") == (2, 4) and winograd_sizes("0") == () and winograd_sizes("2") == (2,)

@@ -57,7 +57,7 @@ def build_parser(prog: str = "bench.py") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on stdout (every other line goes to stderr)")
     add_output_args(p)
-    from ..graph.cli import add_model_args, add_rerank_arg
+    from .model import add_model_args, add_rerank_arg
 
     add_model_args(p)
     add_rerank_arg(p)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.model is not None:
-        from ..graph.cli import run_model_bench
+        from .model import run_model_bench
 
         return run_model_bench(args)
     return _run(args)

@@ -27,7 +27,7 @@ from .output import add_output_args, emit_json, with_output
 
 
 def build_parser(prog: str = "compile.py") -> argparse.ArgumentParser:
-    from ..graph.cli import add_model_args, add_rerank_arg
+    from .model import add_model_args, add_rerank_arg
 
     p = ArgParser(
         prog=prog,
@@ -84,8 +84,8 @@ def copy_atomically(src: str, dest: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..graph.cli import build_module, compare, load, reference_outputs
     from ..graph.precision import output_tolerance
+    from .model import build_module, compare, load, reference_outputs
 
     if args.output:
         check_output(args.output)

@@ -11,7 +11,7 @@ from .output import add_output_args, with_output
 
 
 def build_parser(prog: str = "autotune report") -> argparse.ArgumentParser:
-    from ..graph.cli import add_model_args
+    from .model import add_model_args
 
     p = ArgParser(
         prog=prog,
@@ -40,14 +40,14 @@ def _run(args: argparse.Namespace) -> int:
         _write_whole(args.output, lambda tmp: None)  # the one-line refusal, nothing written
     model = None
     if args.model is not None:
-        from ..graph.cli import load
+        from .model import load
 
         model = load(args.model, args.input_shape, args.precision)
     db = open_db(args.db, create=False)
     try:
         report = collect(db)
         if model is not None:
-            from ..graph.cli import chosen_form
+            from .model import chosen_form
 
             for t in report.provenance:
                 target = Target(t["kind"], t["fingerprint"], t["key"])

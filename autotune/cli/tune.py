@@ -92,7 +92,7 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
                    help="print one JSON summary object on stdout (every other line goes to stderr)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_output_args(p)
-    from ..graph.cli import add_model_args
+    from .model import add_model_args
 
     add_model_args(p)
     return p
@@ -112,7 +112,7 @@ def _main(args: argparse.Namespace) -> int:
         if args.trials is None:
             args.trials = DEFAULT_MODEL_TRIALS
     if args.model is not None:
-        from ..graph.cli import run_model_tuning
+        from .model import run_model_tuning
 
         if args.cluster is not None or args.workers is not None:
             raise UsageError("--cluster / --workers tune single workloads (--op) for now, not --model")

@@ -55,7 +55,7 @@ def _ort_session(path: Path) -> Any:
 
 
 def _rel_err(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float:
-    from autotune.graph.cli import compare
+    from autotune.cli.model import compare
 
     if len(outputs) != len(reference) or any(o.shape != r.shape for o, r in zip(outputs, reference)):
         raise ValueError(f"output shapes {[o.shape for o in outputs]} differ from onnxruntime's "

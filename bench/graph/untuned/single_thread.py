@@ -26,8 +26,8 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
+from autotune.cli.model import compare  # noqa: E402
 from autotune.graph import compile_model, zoo  # noqa: E402
-from autotune.graph.cli import compare  # noqa: E402
 
 
 def best_of(fn, runs: int = 5) -> float:  # noqa: ANN001

@@ -14,10 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli.common import UsageError, int_in, measure_tools, open_db, open_records, resolve_target
-from ..cli.limits import check_graph, check_workload
-from ..cli.output import emit_json
-from .compiler import (
+from ..graph.compiler import (
     LAYOUTS,
     Prepared,
     choose_layout,
@@ -26,10 +23,13 @@ from .compiler import (
     estimated_latency,
     prepare,
 )
-from .frontend import from_onnx
-from .ir import Graph, GraphError
-from .precision import output_tolerance
-from .winograd import TILE_SIZES, default_sizes
+from ..graph.frontend import from_onnx
+from ..graph.ir import Graph, GraphError
+from ..graph.precision import output_tolerance
+from ..graph.winograd import TILE_SIZES, default_sizes
+from .common import UsageError, int_in, measure_tools, open_db, open_records, resolve_target
+from .limits import check_graph, check_workload
+from .output import emit_json
 
 DEFAULT_MODEL_TRIALS = 200
 QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
@@ -43,7 +43,7 @@ PRECISION_HELP = ("matrix products (convolutions, dense layers, attention; with 
 
 def add_precision_arg(p: argparse.ArgumentParser) -> None:
     """--precision (tune.py, compile.py, bench.py, report)."""
-    from .ops.products import PRECISIONS
+    from ..graph.ops.products import PRECISIONS
 
     p.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
 
@@ -51,7 +51,7 @@ def add_precision_arg(p: argparse.ArgumentParser) -> None:
 def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     """--model, --input-shape, --layout, --winograd, --precision."""
     add_precision_arg(p)
-    from .zoo import MODELS
+    from ..graph.zoo import MODELS
 
     p.add_argument(
         "--model",
@@ -142,7 +142,7 @@ def load(
     shapes = parse_input_shapes(input_shapes)
     try:
         if spec.startswith("zoo:"):
-            from .zoo import make_model
+            from ..graph.zoo import make_model
 
             try:
                 proto: Any = make_model(spec)
@@ -184,8 +184,8 @@ def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] | N
 def run_model_tuning(args: argparse.Namespace) -> int:
     """``tune.py --model``: every task of the model under one budget (``--trials``, default
     DEFAULT_MODEL_TRIALS), scheduled by the gradient task scheduler."""
+    from ..graph.tuning import tune_model
     from ..search import STRATEGIES, TuneOptions
-    from .tuning import tune_model
 
     if args.op is not None or args.shape is not None:
         raise UsageError("--model and --op/--shape are exclusive")
@@ -301,7 +301,7 @@ def reference_outputs(model: LoadedModel, feeds: dict) -> tuple[list[np.ndarray]
             return onnxruntime_session(model).run(None, feeds), "onnxruntime"
         except UsageError:
             pass
-    from .interpreter import run_graph
+    from ..graph.interpreter import run_graph
 
     return run_graph(model.graph, feeds), "numpy reference interpreter"
 
@@ -332,7 +332,7 @@ def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) 
 def run_model_bench(args: argparse.Namespace) -> int:
     """``bench.py --model``: compile with the best-known schedules, check against onnxruntime on the
     same random inputs, time both in one run."""
-    from ..cli.bench import time_callable
+    from .bench import time_callable
 
     model = load(args.model, args.input_shape, args.precision, args.target)
     target = resolve_target(args.target)
@@ -396,7 +396,7 @@ def run_model_bench_cuda(args: argparse.Namespace, model: LoadedModel, target: A
     """``bench.py --model --target cuda``: our CUDA module (one CUDA graph per run) against PyTorch
     eager and ``torch.compile`` on the same device and inputs; outputs checked against onnxruntime
     (the numpy reference interpreter where onnxruntime is not installed)."""
-    from .torch_eager import CUDNN_BENCHMARK_MODES, TorchModel, faster_mode
+    from ..graph.torch_eager import CUDNN_BENCHMARK_MODES, TorchModel, faster_mode
 
     module, feeds, ours = _compile_and_run(args, model, target)
     ref, ref_name = reference_outputs(model, feeds)
