@@ -342,7 +342,6 @@ def tune_regions(
 ) -> Any:
     """Tune every task of the regions under one budget of ``trials`` measurements (the model
     tuner's gradient task scheduler); records go to ``db`` as from ``tune.py --model``."""
-    from autotune.cli.common import measure_tools
     from autotune.graph.tuning import tune_model
     from autotune.search import TuneOptions
 
@@ -351,7 +350,7 @@ def tune_regions(
     prepared = [prepare(r.graph, layout) for r in regions]
     if not prepared:
         return None
-    builder, runner = measure_tools(target)
+    builder, runner = target.backend.make_builder(target), target.backend.make_runner(target)
     options = TuneOptions(trials=trials, strategy=strategy, progress=False)
     with builder, runner:
         return tune_model(prepared, target, db, trials, options, builder, runner, log=log.info)
