@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.codegen import CudaRenderer
 from autotune.codegen.c_base import C_TYPES
+from autotune.measure.cuda_worker import OPT_IN_SHARED_BYTES
 from autotune.program import CudaSource
 from autotune.target import Target
 
@@ -50,7 +51,8 @@ def _workspace(prog: CudaSource) -> list[int]:
 
 def shared_memory_lines(programs: Sequence[CudaSource]) -> list[str]:
     """Host code opting each kernel that needs more than 48 KiB of dynamic shared memory in."""
-    need = {k.name: k.shared_bytes for p in programs for k in p.kernels if k.shared_bytes > 48 * 1024}
+    kernels = [k for p in programs for k in p.kernels]
+    need = {k.name: k.shared_bytes for k in kernels if k.shared_bytes > OPT_IN_SHARED_BYTES}
     return [f"  AT_CHECK(cudaFuncSetAttribute({name}, cudaFuncAttributeMaxDynamicSharedMemorySize, {b}));"
             for name, b in sorted(need.items())]
 

@@ -9,8 +9,9 @@ float32 products that tensor cores may round to TF32. ``fp32`` changes nothing.
 
 from __future__ import annotations
 
+from ..te.workload import numpy_dtype
 from .ir import Graph, GraphError, TensorType
-from .ops.products import LOW_DTYPE, PRECISION_ATTR, PRECISIONS, np_low
+from .ops.products import LOW_DTYPE, PRECISION_ATTR, PRECISIONS
 from .passes import eliminate_dead_code, infer_types
 
 # a compiled model's outputs against onnxruntime's float32 ones: the largest error relative to the
@@ -47,7 +48,7 @@ def apply_precision(graph: Graph, precision: str) -> Graph:
             if v in g.consts:
                 if v not in cast:
                     name = g.fresh_name(f"{v}_{precision}")
-                    g.consts[name] = g.consts[v].astype(np_low(low))
+                    g.consts[name] = g.consts[v].astype(numpy_dtype(low))
                     g.types[name] = TensorType(g.types[v].shape, low)
                     cast[v] = name
                 n.inputs[pos] = cast[v]

@@ -35,7 +35,7 @@ from .worker import _die_with_parent, compare
 _MAX_MODULES = 64  # loaded cubins kept (LRU)
 _MAX_RESIDENT_TASKS = 2  # tasks whose buffers stay on the device (LRU)
 _POISON_BYTE = 0xFF  # all-ones: NaN for float32/float64, -1 for ints
-_DEFAULT_SMEM = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
+OPT_IN_SHARED_BYTES = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 _MAX_NUMBER = 1 << 20  # cap on launches of the sequence per timed repeat
 _MAX_FLUSHED_NUMBER = 4096  # same, when the L2 is flushed before every run
 _MIN_FLUSH_BYTES = 8 << 20
@@ -104,7 +104,8 @@ class _CudaState:
         self.max_block = tuple(attr(f"MAX_BLOCK_DIM_{c}", d) for c, d in zip("XYZ", (1024, 1024, 64)))
         self.max_grid = tuple(attr(f"MAX_GRID_DIM_{c}", d) for c, d in zip("XYZ", (2**31 - 1, 65535, 65535)))
         self.smem_optin = max(
-            attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0), attr("MAX_SHARED_MEMORY_PER_BLOCK", _DEFAULT_SMEM)
+            attr("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0),
+            attr("MAX_SHARED_MEMORY_PER_BLOCK", OPT_IN_SHARED_BYTES),
         )
         self.flush_bytes = max(2 * attr("L2_CACHE_SIZE", 0), _MIN_FLUSH_BYTES)
         self.tasks: dict[str, _Task] = {}
@@ -198,7 +199,7 @@ class _CudaState:
                 static,
                 int(func.get_attribute(fa.MAX_THREADS_PER_BLOCK)),
                 int(func.get_attribute(fa.NUM_REGS)),
-                max(_DEFAULT_SMEM - static, 0),
+                max(OPT_IN_SHARED_BYTES - static, 0),
             )
             mod.kernels[name] = k
         return k
@@ -240,7 +241,7 @@ class _CudaState:
                 fn = mod.module.get_function(ln.kernel)
                 fn.prepare("P" * n_args)
                 k.prepared[n_args] = fn
-                if k.dyn_limit > max(_DEFAULT_SMEM - k.static_smem, 0):
+                if k.dyn_limit > max(OPT_IN_SHARED_BYTES - k.static_smem, 0):
                     fn.set_attribute(self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, k.dyn_limit)
             if shared > k.dyn_limit:
                 # Opt in to more than 48 KiB (set on every handle, to be safe).

@@ -9,6 +9,7 @@ import numpy as np
 from ..codegen.c_base import math_call
 from ..codegen.tensorcore import GemmView
 from ..te.expr import (
+    LOW_PRECISION_DTYPES,
     Binary,
     Call,
     Cast,
@@ -90,7 +91,6 @@ def gemm_view(out: Tensor, precision: str = "fp32") -> GemmView | None:
 _INT_C = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _FLOAT_C = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP_C = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-LOW_DTYPES = ("float16", "bfloat16")
 
 
 class _NotGatherable(Exception):
@@ -148,8 +148,8 @@ def _c(e, env: dict, ctx: _Ctx, ident: dict | None = None) -> str:  # noqa: ANN0
         src = e.value.dtype
         if e.dtype == "float32":
             # 16-bit values are widened where they are read; integers convert
-            return v if src in ("float32", *LOW_DTYPES) else f"((float)({v}))"
-        if e.dtype == ctx.dtype and e.dtype in LOW_DTYPES and src == "float32":
+            return v if src in ("float32", *LOW_PRECISION_DTYPES) else f"((float)({v}))"
+        if e.dtype == ctx.dtype and e.dtype in LOW_PRECISION_DTYPES and src == "float32":
             return f"AT_TO_FLOAT(AT_FROM_FLOAT({v}))"  # rounded to the operands' 16-bit type
         raise _NotGatherable(f"cast {src} to {e.dtype}")
     if isinstance(e, TensorRead):
@@ -193,13 +193,13 @@ def _digits(axes: list, var: str) -> dict:
     return out
 
 
-def _rounding(e) -> str | None:  # noqa: ANN001 - Expr
+def _rounding(e) -> str:  # noqa: ANN001 - Expr
     """The type an operand's values are exactly representable in: a 16-bit type when every value
     is read from or rounded to it (constants such as padding zeros fit any), "float32" otherwise;
     "any" for a constant that is exact in float16 and bfloat16."""
     if isinstance(e, FloatImm):
         return "any" if float(e.value) == 0.0 else "float32"
-    if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype in LOW_DTYPES:
+    if isinstance(e, Cast) and e.dtype == "float32" and e.value.dtype in LOW_PRECISION_DTYPES:
         return e.value.dtype
     if isinstance(e, TensorRead) and not e.tensor.is_placeholder and not isinstance(e.tensor.body, Reduce):
         return _rounding(e.tensor.body)
@@ -257,7 +257,7 @@ def gather_view(
     kinds = {_rounding(x), _rounding(y)}
     if kinds <= {"float32", "any"} and precision == "tf32":
         dtype = "float32"
-    elif len(kinds - {"any"}) == 1 and (kinds - {"any"}) <= set(LOW_DTYPES):
+    elif len(kinds - {"any"}) == 1 and (kinds - {"any"}) <= set(LOW_PRECISION_DTYPES):
         dtype = next(iter(kinds - {"any"}))
     else:
         return None

@@ -13,23 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from autotune import te
+from autotune.te.gemm import PRECISIONS, STORAGE_DTYPE
 from autotune.te.tensor import cast
+from autotune.te.workload import numpy_dtype
 
 from ..ir import GraphError, Node, TensorType
 from .te_build import nd_compute
 
 PRECISION_ATTR = "_precision"
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-LOW_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}
-
-
-def np_low(dtype: str) -> np.dtype:
-    """The numpy dtype of a 16-bit float type (bfloat16 is ml_dtypes')."""
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(dtype)
+# the precisions whose operands are stored in a 16-bit type, and that type
+LOW_DTYPE = {p: d for p, d in STORAGE_DTYPE.items() if d != "float32"}
 
 
 def product_precision(attrs: dict) -> str:
@@ -59,7 +52,7 @@ def operand_np(x: np.ndarray, attrs: dict, like: np.ndarray) -> np.ndarray:
     """An operand as the product sees it: rounded to the node's 16-bit type, in ``like``'s dtype."""
     low = LOW_DTYPE.get(product_precision(attrs))
     if low is not None:
-        x = np.asarray(x).astype(np_low(low))
+        x = np.asarray(x).astype(numpy_dtype(low))
     dtype = like.dtype if like.dtype.kind == "f" and like.dtype.itemsize >= 4 else np.dtype(np.float32)
     return np.asarray(x).astype(dtype, copy=False)
 
