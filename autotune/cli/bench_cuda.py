@@ -75,7 +75,7 @@ def torch_baseline(wl: Workload) -> Callable[..., Any] | None:
 
 def torch_precision(torch: Any, wl: Workload) -> None:
     """cuBLAS/cuDNN in the workload's precision: TF32 on only for a ``tf32`` product."""
-    tf32 = wl.params.get("precision") == "tf32" if wl.name == "gemm" else False
+    tf32 = wl.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
 
