@@ -101,12 +101,16 @@ def decompositions() -> Any:
     return table
 
 
+def _on_cuda(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph's inputs are CUDA tensors (then the default target is this machine's GPU)."""
+    return any(isinstance(v, torch.Tensor) and v.is_cuda
+               for n in gm.graph.nodes if n.op == "placeholder" for v in [n.meta.get("val")])
+
+
 def compile_aten(gm: torch.fx.GraphModule, opts: Options, name: str) -> tuple[Callable, PartitionReport]:
     db, opened = _open_db(opts.db)
-    on_cuda = any(isinstance(v, torch.Tensor) and v.is_cuda
-                  for n in gm.graph.nodes if n.op == "placeholder" for v in [n.meta.get("val")])
     try:
-        return compile_graph_module(gm, opts.resolve_target(on_cuda), db, name, opts.tune_trials)
+        return compile_graph_module(gm, opts.resolve_target(_on_cuda(gm)), db, name, opts.tune_trials)
     finally:
         if opened:
             db.close()
@@ -257,7 +261,7 @@ def tune(
     regions, _ = find_regions(gm, type(module).__name__)
     database, opened = _open_db(db)
     try:
-        return tune_regions(regions, opts.resolve_target(), database, trials, layout, strategy)
+        return tune_regions(regions, opts.resolve_target(_on_cuda(gm)), database, trials, layout, strategy)
     finally:
         if opened:
             database.close()
