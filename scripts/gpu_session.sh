@@ -2,7 +2,8 @@
 # One device-machine session: install the carried wheels, run the GPU tests, tune, bench.
 # Usage (on the GPU machine, repo root): bash scripts/gpu_session.sh PHASE
 #   PHASE: smoke | tests | full | tune | bench | long (GPU tests + the 2000-trial matmul 1024^3 run)
-#          | model (tune MODELS (default zoo:resnet18) on the GPU, bench each CUDA module vs PyTorch eager
+#          | pipelined (a Dask scheduler and this host's GPU workers, then the 2000-trial matmul 1024^3 run
+#            through --cluster; PIPE_S bounds it) | model (tune MODELS (default zoo:resnet18) on the GPU, bench each CUDA module vs PyTorch eager
 #            and torch.compile in the same precision; PYTEST_S=0 skips its tests)
 # Writes logs and JSON under $OUT.
 set -uo pipefail
@@ -40,6 +41,22 @@ if [ "$phase" = long ]; then
   timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
     --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
 fi
+if [ "$phase" = pipelined ]; then
+  # the scheduler in-process (no CLI dependencies beyond distributed), one worker per visible GPU
+  python3 -c "import asyncio; from distributed import Scheduler
+async def serve():
+    async with Scheduler(host='127.0.0.1', port=8786, dashboard_address=None) as s:
+        await s.finished()
+asyncio.run(serve())" > "$OUT/pipelined_cluster.log" 2>&1 &
+  sched=$!; sleep 3
+  python3 -m autotune.distributed.workers tcp://127.0.0.1:8786 --target cuda >> "$OUT/pipelined_cluster.log" 2>&1 &
+  workers=$!; sleep 8
+  start=$(date +%s.%N)
+  timeout ${PIPE_S:-240} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
+    --cluster tcp://127.0.0.1:8786 --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee "$OUT/pipelined.txt"
+  echo "wall_s $(python3 -c "import sys; print(round($(date +%s.%N) - $start, 1))")" | tee -a "$OUT/pipelined.txt"
+  kill -INT $workers; sleep 3; kill $sched 2>/dev/null; wait 2>/dev/null
+fi
 if [ "$phase" = model ] && [ "${PYTEST_S:-120}" != 0 ]; then
   timeout ${PYTEST_S:-120} python3 -m pytest -q tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 \
     | tee "$OUT/pytest_model.txt"
@@ -73,4 +90,4 @@ fi
 if { [ "$phase" = bench ] || [ "$phase" = tune ] || [ "$phase" = full ]; } && [ "${BENCH_S:-240}" != 0 ]; then
   timeout ${BENCH_S:-240} python3 scripts/bench.py --target cuda --db "$DB" --json --repeat 10 --min-repeat-ms 50 2>&1 | tee "$OUT/bench.txt" | tail -14
 fi
-cp "$DB" "$OUT/" 2>/dev/null || true
+[ "${KEEP_DB:-1}" = 0 ] || cp "$DB" "$OUT/" 2>/dev/null || true
