@@ -229,13 +229,16 @@ class TuningDatabase:
         owner: str,
         budget: int | None = None,
         ttl_s: float = CLAIM_TTL_S,
+        shared_with: Iterable[str] = (),
     ) -> list[str]:
         """Claim configs of a pair for ``owner`` to measure; returns the keys granted, in order.
 
         One write transaction: claims that expired or whose owner process has ended are dropped
         first; a key already measured (keys of the form confirm_claim_key(k) excepted) or claimed
         by another owner is not granted; and with ``budget``, no more are granted than keep the
-        pair's measured configs plus every live claim within it."""
+        pair's measured configs plus every live claim within it; ``shared_with`` names further
+        workloads (of the same target) whose measured configs and live claims count against the same
+        ``budget`` (a model's tasks share one)."""
         keys = list(dict.fromkeys(config_keys))
         now = time.time()
         granted: list[str] = []
@@ -253,6 +256,10 @@ class TuningDatabase:
             if budget is not None:
                 pending = sum(1 for k in held if not k.startswith(_CONFIRM_PREFIX) and k not in measured)
                 room = budget - len(measured) - pending
+                for other in dict.fromkeys(shared_with):
+                    if other != workload_key:
+                        self._drop_stale_claims(other, target_key, now)
+                        room -= self._search_count(other, target_key)
             for key in keys:
                 confirm = key.startswith(_CONFIRM_PREFIX)
                 if (not confirm and key in measured) or held.get(key, owner) != owner:
@@ -267,6 +274,30 @@ class TuningDatabase:
                 )
                 granted.append(key)
         return granted
+
+    def budget_used(self, workload_keys: Iterable[str], target_key: str) -> int:
+        """Configs of these workloads (one target) that a search measured or a live tuner claimed and
+        has not stored yet: what counts against a budget they share."""
+        now = time.time()
+        with self._write():
+            used = 0
+            for key in dict.fromkeys(workload_keys):
+                self._drop_stale_claims(key, target_key, now)
+                used += self._search_count(key, target_key)
+            return used
+
+    def _search_count(self, workload_key: str, target_key: str) -> int:
+        """Configs of the pair measured by a search or claimed for one and not yet stored."""
+        measured = self.measured_config_keys(workload_key, target_key, search_only=True)
+        claimed = {
+            r[0]
+            for r in self.db.execute(
+                "SELECT config_key FROM claims WHERE workload_key = ? AND target_key = ?",
+                [workload_key, target_key],
+            )
+            if not r[0].startswith(_CONFIRM_PREFIX)
+        }
+        return len(measured | claimed)
 
     def _drop_stale_claims(self, workload_key: str, target_key: str, now: float) -> None:
         rows = self.db.execute(

@@ -107,6 +107,24 @@ def test_tuners_started_together_never_measure_a_config_twice(tmp_path: Path, tu
     _assert_complete(db, trials, confirm=2)
 
 
+def test_model_tuners_on_one_db_share_the_model_budget(tmp_path: Path) -> None:
+    """Two model tuners started together: the budget spans the model's tasks and is read again every
+    round, so together they stop at exactly --trials and measure no config twice."""
+    db, trials = tmp_path / "shared.db", 10
+    TuningDatabase(db).close()
+    cmd = [sys.executable, str(ROOT / "scripts" / "tune.py"), "--model", "zoo:mlp", "--trials", str(trials),
+           "--batch-size", "2", "--strategy", "random", "--confirm", "0", "--db", str(db), "--no-progress"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT workload_key, config_key FROM measurements WHERE tuner != ?",
+                           [CONFIRM_LABEL]).fetchall()
+    assert len(rows) == trials and len(set(rows)) == trials
+    assert len({w for w, _ in rows}) > 1  # the budget was spread over several tasks
+
+
 def _kill_when(proc: multiprocessing.Process, db: Path, ready, delay: float = 0.0,
                timeout: float = 90.0) -> list[tuple]:
     """SIGKILL ``proc`` ``delay`` seconds after ``ready(rows)`` holds; returns the rows committed then."""

@@ -125,16 +125,18 @@ class _TaskSession:
         self.owner = process_owner()
         self.errors = 0  # failed measurements of the last run()
 
-    def run(self, n: int) -> int:
-        """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted).
-        Configs another tuner of the same DB measured or holds a claim on are skipped."""
+    def run(self, n: int, budget: int | None = None, shared_with: Sequence[str] = ()) -> int:
+        """Measure up to ``n`` new configs; returns how many were measured (0: space exhausted, or
+        ``budget`` reached by the configs of this task and the ``shared_with`` ones). Configs another
+        tuner of the same DB measured or holds a claim on are skipped."""
         self.errors = 0
         for _ in range(8):  # proposals all taken by other tuners: ask again, a few times
             proposed = self.tuner.next_batch(n)
             if not proposed:
                 return 0
             keys = [config_key(c) for c in proposed]
-            granted = set(self.db.claim(self.wl.key, self.target.key, keys, self.owner))
+            granted = set(self.db.claim(self.wl.key, self.target.key, keys, self.owner,
+                                        budget=budget, shared_with=shared_with))
             configs = [c for c, k in zip(proposed, keys) if k in granted]
             if configs:
                 break
@@ -189,7 +191,10 @@ def tune_model(
     sessions: dict[int, _TaskSession] = {}
     spent = rounds = errors = 0
     bar = _progress(options.progress, budget, prepared[0].graph.name)
-    while spent < budget:
+    keys = [mt.task.key for mt in tasks]
+    # Other tuners may share the DB: the model's budget is read again every round, and claims
+    # count every task's measured and claimed configs against it, so together they never exceed it.
+    while (left := trials - db.budget_used(keys, target.key)) > 0:
         if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
             log(f"time budget of {options.time_budget_s:g} s used up")
             break
@@ -197,11 +202,11 @@ def tune_model(
         if i is None:
             break
         mt, st = tasks[i], sched.tasks[i]
-        want = min(options.batch_size, budget - spent)
+        want = min(options.batch_size, left)
         if i not in sessions:
             sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
         try:
-            new = sessions[i].run(want)
+            new = sessions[i].run(want, budget=trials, shared_with=keys)
         except Exception as err:  # noqa: BLE001 - one task's tuner failing must not end the model's run
             log(
                 f"{mt.task.label}: the {options.strategy} tuner failed "
