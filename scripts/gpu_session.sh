@@ -38,7 +38,7 @@ fi
 if [ "$phase" = long ]; then
   timeout ${PYTEST_S:-100} python3 -m pytest -q tests/test_cuda_measure.py tests/test_cuda_codegen.py tests/test_cuda_module.py tests/test_torch_baseline.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
   # a kill by the timeout loses nothing: every trial is committed; a rerun tops up to 2000
-  timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials ${PIPE_TRIALS:-2000} \
+  timeout ${LONG_S:-450} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials 2000 \
     --strategy ${STRATEGY:-xgb} --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>&1 | tail -3 | tee -a "$OUT/tune2000.jsonl"
 fi
 if [ "$phase" = pipelined ]; then
