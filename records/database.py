@@ -252,14 +252,8 @@ class TuningDatabase:
                     [workload_key, target_key],
                 )
             }
-            room = None
-            if budget is not None:
-                pending = sum(1 for k in held if not k.startswith(_CONFIRM_PREFIX) and k not in measured)
-                room = budget - len(measured) - pending
-                for other in dict.fromkeys(shared_with):
-                    if other != workload_key:
-                        self._drop_stale_claims(other, target_key, now)
-                        room -= self._search_count(other, target_key)
+            scope = [workload_key, *shared_with]
+            room = None if budget is None else budget - self._used(scope, target_key, now)
             for key in keys:
                 confirm = key.startswith(_CONFIRM_PREFIX)
                 if (not confirm and key in measured) or held.get(key, owner) != owner:
@@ -278,13 +272,16 @@ class TuningDatabase:
     def budget_used(self, workload_keys: Iterable[str], target_key: str) -> int:
         """Configs of these workloads (one target) that a search measured or a live tuner claimed and
         has not stored yet: what counts against a budget they share."""
-        now = time.time()
         with self._write():
-            used = 0
-            for key in dict.fromkeys(workload_keys):
-                self._drop_stale_claims(key, target_key, now)
-                used += self._search_count(key, target_key)
-            return used
+            return self._used(workload_keys, target_key, time.time())
+
+    def _used(self, workload_keys: Iterable[str], target_key: str, now: float) -> int:
+        """budget_used inside a write transaction: stale claims dropped first."""
+        used = 0
+        for key in dict.fromkeys(workload_keys):
+            self._drop_stale_claims(key, target_key, now)
+            used += self._search_count(key, target_key)
+        return used
 
     def _search_count(self, workload_key: str, target_key: str) -> int:
         """Configs of the pair measured by a search or claimed for one and not yet stored."""
