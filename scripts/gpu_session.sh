@@ -52,8 +52,9 @@ asyncio.run(serve())" > "$OUT/pipelined_cluster.log" 2>&1 &
   python3 -m autotune.distributed.workers tcp://127.0.0.1:8786 --target cuda >> "$OUT/pipelined_cluster.log" 2>&1 &
   workers=$!; sleep 8
   start=$(date +%s.%N)
-  timeout ${PIPE_S:-240} python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 --trials ${PIPE_TRIALS:-2000} \
-    --cluster tcp://127.0.0.1:8786 --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>> "$OUT/pipelined_cluster.log" \
+  # --time-budget ends the run with its summary (runner busy share included); the timeout is a backstop
+  timeout $(( ${PIPE_S:-240} + 60 )) python3 scripts/tune.py --target cuda --op matmul --shape 1024,1024,1024 \
+    --trials ${PIPE_TRIALS:-2000} --time-budget ${PIPE_S:-240} --cluster tcp://127.0.0.1:8786 --batch-size ${BATCH:-32} --db "$DB" --json --no-progress 2>> "$OUT/pipelined_cluster.log" \
     | tail -3 | tee "$OUT/pipelined.txt"
   echo "wall_s $(python3 -c "import sys; print(round($(date +%s.%N) - $start, 1))")" | tee -a "$OUT/pipelined.txt"
   kill -INT $workers; sleep 3; kill $sched 2>/dev/null; wait 2>/dev/null
