@@ -11,7 +11,8 @@ import) at 1x3x224x224 and a BERT-base layer (hidden 768, 12 heads, FFN 3072, GE
 Overhead: the backend's per-call cost over the compiled module's own time, on a model of a few
 microseconds (where the kernels cannot hide it): the fastest round's time of a call through
 ``torch.compile(backend="autotune")`` (Dynamo's guards, data pointers, output allocation) minus the
-module's entry point timed in C; also for the ``autotune.torch.compile`` path without Dynamo. Run it
+module's entry point timed in C; also for the ``autotune.torch.compile`` path without Dynamo, and for
+a backend that computes nothing (Dynamo's own floor, measured in the same run). Run it
 with ``OMP_WAIT_POLICY=PASSIVE`` (torch's OpenMP pool and the module's share the cores).
 ``--trials N`` tunes each model's tasks first (records in ``--db``, resumable). ``--device cuda``:
 the model and its inputs on the GPU (CUDA tensors in and out; each timed block ends with a device
@@ -21,6 +22,7 @@ synchronization), the backend compiling for this machine's GPU.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -153,10 +155,11 @@ def overhead(rounds: int, calls: int = 2000) -> dict:
     with torch.no_grad():
         torch._dynamo.reset()
         dyn = torch.compile(model, backend="autotune")
+        floor = torch.compile(copy.deepcopy(model), backend=_returns_precomputed)
         direct = at.compile(model, (x,))
         (module,) = direct.regions
         paths = {"torch.compile": lambda: dyn(x), "autotune.torch.compile": lambda: direct(x),
-                 "eager": lambda: model(x)}
+                 "eager": lambda: model(x), "dynamo_alone": lambda: floor(x)}
         for fn in paths.values():
             fn()
         best = {k: min(per_call(fn, calls) for _ in range(rounds)) for k, fn in paths.items()}
@@ -164,7 +167,16 @@ def overhead(rounds: int, calls: int = 2000) -> dict:
     paths_ = ("torch.compile", "autotune.torch.compile")
     return {"module_own_us": round(own * 1e6, 2),
             "call_us": {k: round(v * 1e6, 2) for k, v in best.items()},
-            "overhead_us": {k: round((best[k] - own) * 1e6, 2) for k in paths_}}
+            "overhead_us": {k: round((best[k] - own) * 1e6, 2) for k in paths_},
+            "over_dynamo_alone_us": round((best["torch.compile"] - best["dynamo_alone"] - own) * 1e6, 2)}
+
+
+def _returns_precomputed(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """A torch.compile backend whose compiled function computes nothing (it returns a result made at
+    compile time): calls through it cost Dynamo's own frame evaluation and guards, the floor under
+    any backend's per-call overhead."""
+    out = gm(*example_inputs)
+    return torch._dynamo.disable(lambda *args: out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['speedup_vs_inductor']:.2f}x inductor (module's own {row.get('module_own_ms')} ms)",
               flush=True)
     ov = overhead(args.rounds)
-    print(f"per-call overhead over the module's own {ov['module_own_us']} us: {ov['overhead_us']} us",
-          flush=True)
+    print(f"per-call overhead over the module's own {ov['module_own_us']} us: {ov['overhead_us']} us; "
+          f"Dynamo alone (a backend that computes nothing) {ov['call_us']['dynamo_alone']} us a call, "
+          f"torch.compile(backend='autotune') {ov['over_dynamo_alone_us']} us above it", flush=True)
     if args.json:
         target = cpu_target() if DEVICE == "cpu" else backend_for("cuda").resolve()
         out = {"target": target.key, "torch": torch.__version__, "threads": torch.get_num_threads(),
