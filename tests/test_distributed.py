@@ -1,8 +1,8 @@
 """Measurement on a real Dask LocalCluster of worker processes: the same seed measures the same
-configs as the local path; a worker killed by PID mid-run loses nothing and measures nothing twice;
-runs of a second (labelled) target go only to its own worker; a cluster that cannot measure the
-target is one line and exit status 2. Skipped without dask. Tiny workloads, one OpenMP thread,
-quick timing options: about 30 s on two busy cores."""
+configs as the local path (one workload, and a model through tune.py); a worker killed by PID
+mid-run loses nothing and measures nothing twice; runs of a second (labelled) target go only to its
+own worker; a cluster that cannot measure the target is one line and exit status 2. Skipped without
+dask. Tiny workloads, one OpenMP thread, quick timing options: about 40 s on two busy cores."""
 
 from __future__ import annotations
 
@@ -218,3 +218,24 @@ def test_the_launcher_refuses_a_host_without_gpus_in_one_line() -> None:
     proc = subprocess.run([sys.executable, "-m", "autotune.distributed.workers", "tcp://127.0.0.1:1",
                            "--target", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "GPU" in proc.stderr
+
+
+def test_a_model_tuned_on_a_local_cluster_measures_what_the_local_path_does(tmp_path: Path) -> None:
+    """``tune.py --model --workers 2``: every task's candidates measured on the cluster, the same
+    configs as the local path with the same seed, the model's budget exactly."""
+    def tune(db: str, *extra: str) -> dict[str, list[str]]:
+        cmd = [sys.executable, str(ROOT / "scripts" / "tune.py"), "--model", "zoo:mlp", "--trials", "12",
+               "--seed", "3", "--batch-size", "4", "--strategy", "random", "--confirm", "0", "--no-progress",
+               "--db", str(tmp_path / db), *extra]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        with TuningDatabase(tmp_path / db) as d:
+            target = cpu_target()
+            keys = {w: sorted(config_key(r.config) for r in d.measurements(w, target.key))
+                    for w in (row["key"] for row in d.workloads())}
+        return {w: k for w, k in keys.items() if k}
+
+    local, remote = tune("local.db"), tune("dask.db", "--workers", "2")
+    assert sum(map(len, local.values())) == 12 and len(local) >= 2
+    assert remote == local

@@ -9,14 +9,18 @@ import math
 import re
 import sqlite3
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from records import RecordsError, TuningDatabase
 from records.schema import SQLITE_HEADER, check_connection
 
 from ..backends import UnknownTargetKind, backend_for, kinds
 from ..target import Target, nearest_records_target
+
+if TYPE_CHECKING:
+    from ..measure import RunOptions
 
 TARGETS = kinds()
 SEED_MAX = 2**32 - 1  # numpy, scikit-learn and XGBoost all take a seed in 0 .. 2**32-1
@@ -189,3 +193,26 @@ def measure_tools(target: Target) -> tuple:
     """(builder, runner) for a target, from its backend: gcc + CPU worker, or nvcc for the device's
     arch + GPU worker."""
     return target.backend.make_builder(target), target.backend.make_runner(target)
+
+
+@contextmanager
+def measuring(target: Target, run_options: RunOptions | None, cluster: str | None,
+              workers: int | None) -> Iterator[tuple[Any, Any, Callable[[Any], Any] | None]]:
+    """Where candidates are measured: this machine's ``(builder, runner, None)``, open for the block;
+    or, with a scheduler address ``cluster`` or a LocalCluster of ``workers`` processes,
+    ``(None, None, make)`` where ``make(workload)`` is a measurer on that Dask cluster. A cluster
+    that cannot be reached or cannot measure the target is a UsageError (before anything is
+    written)."""
+    if cluster is None and workers is None:
+        builder, runner = measure_tools(target)
+        with builder, runner:
+            yield builder, runner, None
+        return
+    from ..distributed import ClusterError
+    from ..distributed.measurer import cluster_measurers
+
+    try:
+        with cluster_measurers(target, run_options, cluster, workers) as make:
+            yield None, None, make
+    except ClusterError as err:
+        raise UsageError(str(err)) from None

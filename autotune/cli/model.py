@@ -27,7 +27,7 @@ from ..graph.frontend import from_onnx
 from ..graph.ir import Graph, GraphError
 from ..graph.precision import output_tolerance
 from ..graph.winograd import TILE_SIZES, default_sizes
-from .common import UsageError, int_in, measure_tools, open_db, open_records, resolve_target
+from .common import UsageError, int_in, measuring, open_db, open_records, resolve_target
 from .limits import check_graph, check_workload
 from .output import emit_json
 
@@ -210,10 +210,10 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         early_stop=getattr(args, "early_stop", None),
         confirm=getattr(args, "confirm", 3),
     )
-    builder, runner = measure_tools(target)
     try:
-        with builder, runner:
-            summary = tune_model(prepared, target, db, trials, options, builder, runner)
+        cluster, workers = getattr(args, "cluster", None), getattr(args, "workers", None)
+        with measuring(target, options.run, cluster, workers) as (builder, runner, make):
+            summary = tune_model(prepared, target, db, trials, options, builder, runner, make_measurer=make)
         if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile would take
             summary.estimated_s = estimated_latency(chosen_form(model, target, db, args).tasks, target, db)
     finally:

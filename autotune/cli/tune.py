@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
-from typing import Iterator
 
 from ..search import STRATEGIES, TuneOptions, tune_workload
 from ..search.tune import workload_label
@@ -17,7 +15,7 @@ from .common import (
     add_db_arg,
     float_at_least,
     int_in,
-    measure_tools,
+    measuring,
     open_db,
     resolve_target,
     run_cli,
@@ -114,9 +112,6 @@ def _main(args: argparse.Namespace) -> int:
     if args.model is not None:
         from .model import run_model_tuning
 
-        if args.cluster is not None or args.workers is not None:
-            raise UsageError("--cluster / --workers tune single workloads (--op) for now, not --model")
-
         return run_model_tuning(args)
     return _run(args)
 
@@ -159,10 +154,11 @@ def _run(args: argparse.Namespace) -> int:
         confirm=args.confirm,
     )
     summaries = []
-    with _measuring(args, target, options) as tools:  # (a cluster that cannot measure: nothing written)
+    # (a cluster that cannot measure: nothing written)
+    with measuring(target, options.run, args.cluster, args.workers) as (builder, runner, make):
         db = open_db(args.db)
         for wl in workloads:
-            s = tune_workload(wl, target, db, options, *tools(wl))
+            s = tune_workload(wl, target, db, options, builder, runner, make(wl) if make else None)
             summaries.append(s)
             print(
                 f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, "
@@ -178,25 +174,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(_json_summary(summaries, target, args.db))
     return 0
-
-
-@contextmanager
-def _measuring(args: argparse.Namespace, target, options: TuneOptions) -> Iterator:  # noqa: ANN001
-    """A maker of (builder, runner, measurer) per workload: this machine's builder and runner, or,
-    with --cluster / --workers, a measurer on the Dask cluster."""
-    if args.cluster is None and args.workers is None:
-        builder, runner = measure_tools(target)
-        with builder, runner:
-            yield lambda wl: (builder, runner, None)
-        return
-    from ..distributed import ClusterError
-    from ..distributed.measurer import cluster_measurers
-
-    try:
-        with cluster_measurers(target, options.run, args.cluster, args.workers) as make:
-            yield lambda wl: (None, None, make(wl))
-    except ClusterError as err:
-        raise UsageError(str(err)) from None
 
 
 def _json_summary(summaries: list, target, db_path: str) -> dict:  # noqa: ANN001

@@ -107,8 +107,7 @@ class _TaskSession:
         target: Target,
         db: TuningDatabase,
         options: TuneOptions,
-        builder: Any,
-        runner: Any,
+        make_measurer: Callable[[Any], Any],
     ) -> None:
         wl = mt.task.workload
         self.wl, self.target, self.db, self.options = wl, target, db, options
@@ -121,7 +120,7 @@ class _TaskSession:
         # a space without knobs (one config: a softmax, a pool) needs no model to search it
         self.strategy = options.strategy if self.space.knobs else "random"
         self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)
-        self.measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
+        self.measurer = make_measurer(wl)
         self.owner = process_owner()
         self.errors = 0  # failed measurements of the last run()
 
@@ -168,13 +167,19 @@ def tune_model(
     builder: Any,
     runner: Any,
     log: Callable[[str], None] = logger.info,
+    make_measurer: Callable[[Any], Any] | None = None,
 ) -> ModelTuneSummary:
     """Tune the tasks of ``prepared`` until the DB holds ``trials`` measurements for them in all
     (so a rerun tops up, like ``--trials`` for one op), one batch at a time where the scheduler
-    expects the model's latency to drop most. With ``options.progress``, one progress bar for the
-    budget (ETA, the model's estimated latency, errors); each batch is a debug line on the
-    ``autotune.tune`` logger."""
+    expects the model's latency to drop most. Candidates are built and run by ``builder`` and
+    ``runner`` on this machine, or by the measurer ``make_measurer(workload)`` gives for each task
+    (anything with WorkloadMeasurer's ``measure``: a Dask cluster's, ``distributed.measurer``). With
+    ``options.progress``, one progress bar for the budget (ETA, the model's estimated latency,
+    errors); each batch is a debug line on the ``autotune.tune`` logger."""
     start = time.perf_counter()
+    if make_measurer is None:
+        def make_measurer(wl: Any) -> WorkloadMeasurer:
+            return WorkloadMeasurer(wl, target, builder, runner, options.run)
     tasks = model_tasks(prepared)
     sched = GradientScheduler([t.weight for t in tasks], options.batch_size, seed=options.seed)
     for i, mt in enumerate(tasks):
@@ -204,7 +209,7 @@ def tune_model(
         mt, st = tasks[i], sched.tasks[i]
         want = min(options.batch_size, left)
         if i not in sessions:
-            sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
+            sessions[i] = _TaskSession(mt, target, db, options, make_measurer)
         try:
             new = sessions[i].run(want, budget=trials, shared_with=keys)
         except Exception as err:  # noqa: BLE001 - one task's tuner failing must not end the model's run
@@ -244,7 +249,7 @@ def tune_model(
             continue
         try:
             if i not in sessions:
-                sessions[i] = _TaskSession(mt, target, db, options, builder, runner)
+                sessions[i] = _TaskSession(mt, target, db, options, make_measurer)
             confirmed += sessions[i].confirm()
         except Exception as err:  # noqa: BLE001 - as in the rounds: the task keeps its records
             log(f"{mt.task.label}: confirming its finalists failed ({type(err).__name__}: {err})")
