@@ -122,7 +122,7 @@ class Graph:
             for i in n.inputs:
                 if i and i not in defined:
                     raise GraphError(f"node {n.name!r} ({n.op}) reads {i!r}, which is not defined before it")
-            for o in n.outputs:
+            for o in filter(None, n.outputs):  # "" is an omitted optional output
                 if o in defined:
                     raise GraphError(f"value {o!r} is produced twice")
                 if o not in self.types:

@@ -10,6 +10,7 @@
 - ``remove_identities``  Identity / Dropout disappear
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
+- ``one_output_per_node`` a kernel node with several outputs -> one node per output
 - ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
 - ``matmul_vectors_to_matrices`` MatMul of a 1-d operand -> a matrix product, reshaped
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
@@ -573,6 +574,26 @@ def split_to_slices(graph: Graph) -> Graph:
     return infer_types(g)
 
 
+def one_output_per_node(graph: Graph) -> Graph:
+    """A node of an operator with several outputs (``OpDef.output_operands``: LayerNormalization's
+    Mean and InvStdDev) -> one node per output it has, attribute ``_output`` its position, reading
+    only the operands that output needs; each becomes its own kernel (a fused group has one output)."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        reads = op_def(n.op).output_operands
+        present = [k for k, o in enumerate(n.outputs) if o]
+        if not reads or "_output" in n.attrs or present == [0]:
+            out.append(n)
+            continue
+        for k in present:
+            name = n.name if k == present[0] else g.fresh_name(f"{n.name}_{k}")
+            ins = n.inputs[: reads.get(k, len(n.inputs))]
+            out.append(Node(n.op, ins, [n.outputs[k]], dict(n.attrs, _output=k), name))
+    g.nodes = out
+    return infer_types(g)
+
+
 def lower_einsum(graph: Graph) -> Graph:
     """Einsum -> (ReduceSum of indices only one operand has) -> Transpose / Reshape -> MatMul over the
     contracted indices (batch indices kept as broadcast dims) -> Reshape / Transpose to the output."""
@@ -689,6 +710,7 @@ def optimize(
     g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(g)
     g = split_to_slices(g)
+    g = one_output_per_node(g)
     g = lower_einsum(g)
     g = matmul_vectors_to_matrices(g)
     g = canonicalize_gemm(g)

@@ -60,6 +60,9 @@ class OpDef:
     # operand position -> attribute name: constant operands (axes, pads, starts...) that a pass moves
     # into the node's attributes as ``_<name>`` before fusion, so kernels see them as parameters
     const_operands: dict[int, str] = field(default_factory=dict)
+    # output position -> how many leading operands computing that output alone reads (an operator
+    # with several outputs becomes one kernel per output: ``passes.one_output_per_node``)
+    output_operands: dict[int, int] = field(default_factory=dict)
 
 
 OPS: dict[str, OpDef] = {}
@@ -80,6 +83,7 @@ def register(
             getattr(cls, "te", None),
             internal,
             dict(getattr(cls, "const_operands", {})),
+            dict(getattr(cls, "output_operands", {})),
         )
         return cls
 
@@ -112,6 +116,14 @@ def operand(node: Any, consts: Consts, i: int, key: str) -> np.ndarray | None:
     if len(consts) <= i or consts[i] is None:
         raise GraphError(f"{node.op} node {node.name!r}: {key} must be a constant known at compile time")
     return np.asarray(consts[i])
+
+
+def output_positions(node: Any) -> list[int]:
+    """The output positions a node computes: the one its ``_output`` attribute names (a node made
+    by ``passes.one_output_per_node``), else every position it has."""
+    if "_output" in node.attrs:
+        return [int(node.attrs["_output"])]
+    return list(range(len(node.outputs)))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

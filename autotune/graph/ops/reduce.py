@@ -23,6 +23,7 @@ from .base import (
     float_only,
     norm_axis,
     operand,
+    output_positions,
     register,
     same,
 )
@@ -287,8 +288,9 @@ register("LogSoftmax", REDUCE)(_softmax_def(True))
 
 # --- normalizations -----------------------------------------------------------------------------------
 def _check_ln(node: Node) -> str | None:
-    if any(node.outputs[1:]):
-        return "Mean / InvStdDev outputs"
+    stash = int(node.attrs.get("stash_type", 1))
+    if any(node.outputs[1:]) and stash != 1:
+        return f"Mean / InvStdDev outputs with stash_type={stash} (the statistics are float32)"
     return None
 
 
@@ -296,8 +298,9 @@ def layernorm_axis(node: Node, ndim: int) -> int:
     return norm_axis(node.attrs.get("axis", -1), ndim, "LayerNormalization")
 
 
-def normalized(x: te.Tensor, axes: list[int], eps: float, name: str) -> Callable[[list[Expr]], Expr]:
-    """``(x - mean) / sqrt(var + eps)`` over ``axes``, as a function of the full index."""
+def moments(x: te.Tensor, axes: list[int], name: str) -> tuple[te.Tensor, te.Tensor, Callable]:
+    """Mean and (population) variance over ``axes`` and the function that indexes both from a full
+    index."""
     inv_n = 1.0 / math.prod(x.shape[d] for d in axes)
     mean, at = reduced(x, axes, T.sum, lambda i: x[tuple(i)] * inv_n, name + "_mean")
 
@@ -306,6 +309,12 @@ def normalized(x: te.Tensor, axes: list[int], eps: float, name: str) -> Callable
         return d * d * inv_n
 
     var, _ = reduced(x, axes, T.sum, sq, name + "_var")
+    return mean, var, at
+
+
+def normalized(x: te.Tensor, axes: list[int], eps: float, name: str) -> Callable[[list[Expr]], Expr]:
+    """``(x - mean) / sqrt(var + eps)`` over ``axes``, as a function of the full index."""
+    mean, var, at = moments(x, axes, name)
     return lambda i: (x[tuple(i)] - mean[at(i)]) * T.rsqrt(var[at(i)] + eps)
 
 
@@ -315,7 +324,15 @@ def _normalize_np(x: np.ndarray, axes: tuple, eps: float) -> np.ndarray:
     return (x - mu) / np.sqrt(var + eps)
 
 
+LN_MEAN, LN_INV_STD = 1, 2  # LayerNormalization's optional outputs
+
+
 class _LayerNorm:
+    """Y, and the optional Mean and InvStdDev (shape ``x.shape[:axis] + (1, ...)``, float32: the
+    stash type), each its own kernel (the statistics read only X)."""
+
+    output_operands = {LN_MEAN: 1, LN_INV_STD: 1}
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         float_only(node, types)
@@ -326,23 +343,45 @@ class _LayerNorm:
             if t is not None:
                 if len(t.shape) > len(tail) or broadcast_shapes(tail, t.shape) != tuple(tail):
                     raise GraphError(f"LayerNormalization node {node.name!r}: scale/bias {t.shape} vs {tail}")
-        return [x]
+        stats = TensorType(x.shape[:axis] + (1,) * len(tail), "float32")
+        return [x if k == 0 else stats for k in output_positions(node)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
         axes = tuple(range(layernorm_axis(node, x.ndim), x.ndim))
-        y = _normalize_np(x, axes, node.attrs.get("epsilon", 1e-5)) * xs[1]
-        if len(xs) > 2 and xs[2] is not None:
-            y = y + xs[2]
-        return [y.astype(x.dtype, copy=False)]
+        eps = node.attrs.get("epsilon", 1e-5)
+        mu = x.mean(axis=axes, keepdims=True)
+        inv = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+        outs = []
+        for k in output_positions(node):
+            if k == LN_MEAN:
+                outs.append(mu.astype(np.float32))
+            elif k == LN_INV_STD:
+                outs.append(inv.astype(np.float32))
+            else:
+                y = (x - mu) * inv * xs[1]
+                if len(xs) > 2 and xs[2] is not None:
+                    y = y + xs[2]
+                outs.append(y.astype(x.dtype, copy=False))
+        return outs
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        x, gamma = tensor_arg(args[0]), args[1]
-        beta = args[2] if len(args) > 2 else None
+        x = tensor_arg(args[0])
         axis = layernorm_axis(AttrNode("LayerNormalization", attrs, name), x.ndim)
-        norm = normalized(x, list(range(axis, x.ndim)), float(attrs.get("epsilon", 1e-5)), name)
+        axes = list(range(axis, x.ndim))
+        eps = float(attrs.get("epsilon", 1e-5))
+        k = int(attrs.get("_output", 0))
+        if k:
+            mean, var, at = moments(x, axes, name)
+            stats = x.shape[:axis] + (1,) * len(axes)
+            if k == LN_MEAN:
+                return nd_compute(stats, lambda i: mean[at(i)], name, "elementwise")
+            return nd_compute(stats, lambda i: T.rsqrt(var[at(i)] + eps), name, "elementwise")
+        gamma = args[1]
+        beta = args[2] if len(args) > 2 else None
+        norm = normalized(x, axes, eps, name)
 
         def out(i: list[Expr]) -> Expr:
             y = norm(i) * read(gamma, i, x.shape)
