@@ -1,17 +1,25 @@
-"""Resampling: Resize (nearest and linear, every coordinate transformation but the crop) and
-ConvTranspose (2-d and, through the 1-d lifting of :mod:`.nn`, 1-d)."""
+"""Resampling: Resize (nearest, linear and cubic; antialiased linear and cubic; every coordinate
+transformation, crop-and-resize included) and ConvTranspose (2-d and, through the 1-d lifting of
+:mod:`.nn`, 1-d).
+
+A Resize is separable: along each resized axis an output position ``o`` maps to a source coordinate
+``x(o)`` and reads a fixed number of taps around it, with weights from the mode's kernel (nearest: one
+tap; linear: the triangle; cubic: Keys' kernel with ``cubic_coeff_a``; antialiasing stretches the
+kernel by ``1 / scale`` when downsampling). :func:`_axis_taps` writes that once over a small math
+namespace, so the numpy form (float64, one axis at a time) and the kernel (float32, the product of the
+axes' taps) are the same formulas."""
 
 from __future__ import annotations
 
-import itertools
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from autotune import te
 from autotune.te import tensor as T
-from autotune.te.expr import Expr, all_of, compare
+from autotune.te.expr import Expr, all_of, any_of, compare
 
 from ..ir import GraphError, Node, TensorType, contiguous
 from .base import (
@@ -30,8 +38,17 @@ from .base import (
 from .nn import _two, lifted
 from .te_build import nd_compute, tensor_arg
 
-_COORD = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+_COORD = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
+)
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_POLICIES = ("stretch", "not_larger", "not_smaller")
 
 
 def _attr(node: Any, key: str, default: str) -> str:
@@ -41,7 +58,7 @@ def _attr(node: Any, key: str, default: str) -> str:
 
 def _check_resize(node: Node) -> str | None:
     mode = _attr(node, "mode", "nearest")
-    if mode not in ("nearest", "linear"):
+    if mode not in ("nearest", "linear", "cubic"):
         return f"mode={mode!r}"
     ct = _attr(node, "coordinate_transformation_mode", "half_pixel")
     if ct not in _COORD:
@@ -49,30 +66,55 @@ def _check_resize(node: Node) -> str | None:
     nm = _attr(node, "nearest_mode", "round_prefer_floor")
     if nm not in _NEAREST:
         return f"nearest_mode={nm!r}"
-    if node.attrs.get("antialias", 0):
-        return "antialias=1"
-    if _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
-        return f"keep_aspect_ratio_policy={node.attrs['keep_aspect_ratio_policy']!r}"
+    if node.attrs.get("antialias", 0) and mode == "nearest":
+        return "antialias=1 with mode='nearest'"
+    policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+    if policy not in _POLICIES:
+        return f"keep_aspect_ratio_policy={policy!r}"
     return None
 
 
-def resize_plan(node: Any, shape: Sequence[int], consts: Consts) -> tuple[tuple[int, ...], list[float]]:
-    """The output shape and the per-axis scale (output / input) of a Resize."""
+@dataclass(frozen=True)
+class ResizePlan:
+    """What a Resize does to each axis: output size, scale (output / input, as ONNX defines it for
+    the coordinate mapping), crop window (``tf_crop_and_resize``) and which axes change at all."""
+
+    out: tuple[int, ...]
+    scale: tuple[float, ...]
+    roi: tuple[tuple[Any, Any], ...] | None  # per axis (start, end), float32 as given
+    axes: tuple[int, ...]  # the axes resampled (the others are copied)
+
+
+def resize_plan(node: Any, shape: Sequence[int], consts: Consts) -> ResizePlan:
+    """The output shape, per-axis scales, crop window and resampled axes of a Resize."""
     nd = len(shape)
     axes = node.attrs.get("axes")
     axes = list(range(nd)) if axes is None else [norm_axis(int(a), nd, "Resize") for a in axes]
+    if len(set(axes)) != len(axes):
+        raise GraphError(f"Resize node {node.name!r}: repeated axes {axes}")
     scales = operand(node, consts, 2, "scales")
     sizes = operand(node, consts, 3, "sizes")
+    crop = _attr(node, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    if any(s <= 0 for s in shape):
+        raise GraphError(f"Resize node {node.name!r}: empty input {tuple(shape)}")
     if sizes is not None and sizes.size:
         if sizes.size != len(axes):
             raise GraphError(f"Resize node {node.name!r}: {sizes.size} sizes for {len(axes)} axes")
         out = list(shape)
         for a, s in zip(axes, sizes.reshape(-1)):
             out[a] = int(s)
-        scale = [out[d] / shape[d] if shape[d] else 1.0 for d in range(nd)]
+        scale = [out[d] / shape[d] for d in range(nd)]
+        policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            s = pick(scale[a] for a in axes)
+            for a in axes:
+                scale[a], out[a] = s, int(s * shape[a] + 0.5)
     elif scales is not None and scales.size:
         if scales.size != len(axes):
             raise GraphError(f"Resize node {node.name!r}: {scales.size} scales for {len(axes)} axes")
+        if crop:  # ONNX's text and its reference disagree on this output size: refuse
+            raise GraphError(f"Resize node {node.name!r}: tf_crop_and_resize with scales (only with sizes)")
         scale = [1.0] * nd
         for a, s in zip(axes, scales.reshape(-1)):
             scale[a] = float(s)
@@ -81,22 +123,65 @@ def resize_plan(node: Any, shape: Sequence[int], consts: Consts) -> tuple[tuple[
         raise GraphError(f"Resize node {node.name!r}: neither scales nor sizes")
     if any(s <= 0 for s in scale) or any(o <= 0 for o in out):
         raise GraphError(f"Resize node {node.name!r}: empty or negative output {out}")
-    return tuple(out), scale
+    roi = None
+    if crop:
+        given = operand(node, consts, 1, "roi")
+        if given is None or given.size != 2 * len(axes):
+            raise GraphError(f"Resize node {node.name!r}: tf_crop_and_resize needs a roi of 2 x {len(axes)}")
+        vals = np.asarray(given, dtype=np.float32).reshape(-1)
+        per = [(np.float32(0.0), np.float32(1.0))] * nd
+        for k, a in enumerate(axes):
+            per[a] = (vals[k], vals[len(axes) + k])
+        roi = tuple(per)
+    changed = tuple(
+        d
+        for d in range(nd)
+        if not (
+            math.isclose(scale[d], 1.0)
+            and out[d] == shape[d]
+            and (roi is None or (math.isclose(float(roi[d][0]), 0.0) and math.isclose(float(roi[d][1]), 1.0)))
+        )
+    )
+    return ResizePlan(tuple(out), tuple(scale), roi, changed)
 
 
-def _source_coord(node: Any, x: Any, size: int, out: int, scale: float) -> Any:
-    """The input coordinate of output coordinate ``x`` (numpy array or te expression)."""
+def _source_coord(node: Any, o: Any, size: int, plan: ResizePlan, d: int) -> Any:
+    """The input coordinate of output coordinate ``o`` along axis ``d`` (numpy array or te expression)."""
     ct = _attr(node, "coordinate_transformation_mode", "half_pixel")
+    scale, out = plan.scale[d], plan.out[d]
+    length = scale * size  # the resized length before rounding, as ONNX defines it
     if ct == "half_pixel":
-        return (x + 0.5) / scale - 0.5
+        return (o + 0.5) / scale - 0.5
+    if ct == "half_pixel_symmetric":
+        offset = size / 2 * (1 - out / length)
+        return offset + (o + 0.5) / scale - 0.5
     if ct == "pytorch_half_pixel":
-        return (x + 0.5) / scale - 0.5 if out > 1 else x * 0.0
-    if ct == "align_corners":  # the resized length is size * scale, not rounded (as ONNX defines it)
-        length = size * scale
-        return x * ((size - 1) / (length - 1)) if out > 1 and length != 1 else x * 0.0
+        return (o + 0.5) / scale - 0.5 if length != 1 else o * 0.0 - 0.5
+    if ct == "align_corners":
+        return o * ((size - 1) / (length - 1)) if length != 1 else o * 0.0
     if ct == "tf_half_pixel_for_nn":
-        return (x + 0.5) / scale
-    return x / scale  # asymmetric
+        return (o + 0.5) / scale
+    if ct == "tf_crop_and_resize":
+        assert plan.roi is not None
+        start, end = plan.roi[d]
+        # ONNX's arithmetic, float32 where the roi is (the extrapolated positions depend on it)
+        at = float(start * (size - 1))
+        if length == 1:
+            return o * 0.0 + (float((end - start) * (size - 1) / 2) + at)
+        return o * float(end - start) * (size - 1) / (length - 1) + at
+    return o / scale  # asymmetric
+
+
+def _crop_range(node: Any, size: int, plan: ResizePlan, d: int) -> tuple[int, int] | None:
+    """The output positions along ``d`` whose crop coordinate lies inside the input (an interval: the
+    coordinate is affine in the position); None when every position does (no extrapolation)."""
+    if plan.roi is None or d not in plan.axes:
+        return None
+    x = _source_coord(node, np.arange(plan.out[d], dtype=np.float64), size, plan, d)
+    inside = np.nonzero((x >= 0) & (x <= size - 1))[0]
+    if inside.size == plan.out[d]:
+        return None
+    return (int(inside[0]), int(inside[-1])) if inside.size else (0, -1)
 
 
 def nearest(mode: str, v: Any, floor: Any, ceil: Any) -> Any:
@@ -108,17 +193,69 @@ def nearest(mode: str, v: Any, floor: Any, ceil: Any) -> Any:
     return floor(v) if mode == "floor" else ceil(v)
 
 
-def _axis_taps(node: Any, size: int, out: int, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per output position along one axis: (first index, second index, weight of the second)."""
-    x = _source_coord(node, np.arange(out, dtype=np.float64), size, out, scale)
-    if _attr(node, "mode", "nearest") == "nearest":
-        nm = _attr(node, "nearest_mode", "round_prefer_floor")
-        r = nearest(nm, x, np.floor, np.ceil)
-        i = np.clip(r, 0, size - 1).astype(np.int64)
-        return i, i, np.zeros(out)
-    x = np.clip(x, 0, size - 1)
-    i0 = np.floor(x).astype(np.int64)
-    return i0, np.minimum(i0 + 1, size - 1), x - i0
+class _NumpyMath:
+    floor, ceil, abs, where = np.floor, np.ceil, np.abs, np.where
+    minimum, maximum = np.minimum, np.maximum
+    inside = staticmethod(lambda i, top: (i >= 0) & (i <= top))
+    index = staticmethod(lambda v: v.astype(np.int64))
+    nonzero = staticmethod(lambda v: np.where(v == 0.0, 1.0, v))
+
+
+class _TeMath:
+    floor, ceil, abs, where = T.floor, T.ceil, T.fabs, T.select
+    minimum, maximum = T.min, T.max
+    inside = staticmethod(lambda i, top: all_of(compare("le", 0, i), compare("le", i, top)))
+    index = staticmethod(lambda v: T.cast("int32", v))
+    nonzero = staticmethod(lambda v: T.select(compare("eq", v, 0.0), 1.0, v))
+
+
+def _kernel(cubic: bool, a: float, t: Any, m: Any) -> Any:
+    """The interpolation kernel at distance ``t >= 0`` (in input pixels, already scaled)."""
+    if not cubic:
+        return m.maximum(1.0 - t, 0.0)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return m.where(t <= 1.0, near, m.where(t < 2.0, far, 0.0))
+
+
+def tap_count(node: Any, scale: float) -> int:
+    """Taps per output position along an axis of this scale."""
+    mode = _attr(node, "mode", "nearest")
+    if mode == "nearest":
+        return 1
+    support = 2 if mode == "cubic" else 1
+    s = min(scale, 1.0) if node.attrs.get("antialias", 0) else 1.0
+    return 2 - 2 * int(math.floor(-support / s) + 1)
+
+
+def _axis_taps(node: Any, plan: ResizePlan, size: int, d: int, o: Any, m: Any) -> tuple[list, Any]:
+    """Along axis ``d`` at output position ``o`` (float): the taps ``[(index, weight or None)]`` and
+    the divisor of their weighted sum (None: 1)."""
+    x = _source_coord(node, o, size, plan, d)
+    top = size - 1
+    mode = _attr(node, "mode", "nearest")
+    if mode == "nearest":
+        r = nearest(_attr(node, "nearest_mode", "round_prefer_floor"), x, m.floor, m.ceil)
+        return [(m.minimum(m.maximum(m.index(r), 0), top), None)], None
+    antialias = bool(node.attrs.get("antialias", 0))
+    s = min(plan.scale[d], 1.0) if antialias else 1.0
+    n = tap_count(node, plan.scale[d])
+    base = m.ceil(x) - 1.0  # the taps around x, the left one preferred: ratio in (0, 1]
+    ratio = x - base
+    first = m.index(base)
+    exclude = bool(node.attrs.get("exclude_outside", 0))
+    a = float(node.attrs.get("cubic_coeff_a", -0.75))
+    taps, total = [], None
+    for k in range(1 - n // 2, n // 2 + 1):
+        w = _kernel(mode == "cubic", a, m.abs((ratio - k) * s), m)
+        i = first + k
+        if exclude:
+            w = m.where(m.inside(i, top), w, 0.0)
+        taps.append((m.minimum(m.maximum(i, 0), top), w))
+        total = w if total is None else total + w
+    if not (antialias or exclude):
+        return taps, None
+    return taps, m.nonzero(total)
 
 
 class _Resize:
@@ -128,65 +265,74 @@ class _Resize:
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         float_only(node, types[:1])
         x = same(types[0])
-        return [TensorType(resize_plan(node, x.shape, consts)[0], x.dtype)]
+        plan = resize_plan(node, x.shape, consts)
+        taps = math.prod(tap_count(node, plan.scale[d]) for d in plan.axes)
+        if taps > MAX_RESIZE_TAPS:
+            raise GraphError(
+                f"Resize node {node.name!r}: {taps} taps per output value (at most {MAX_RESIZE_TAPS})"
+            )
+        return [TensorType(plan.out, x.dtype)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
-        out, scale = resize_plan(node, x.shape, [None] + list(xs[1:]))
+        plan = resize_plan(node, x.shape, [None] + list(xs[1:]))
+        extrap = float(node.attrs.get("extrapolation_value", 0.0))
         y = x.astype(np.float64)
-        for d in range(x.ndim):
-            if out[d] == x.shape[d] and scale[d] == 1.0:
-                continue
-            i0, i1, w = _axis_taps(node, x.shape[d], out[d], scale[d])
+        for d in plan.axes:
+            size = x.shape[d]
+            o = np.arange(plan.out[d], dtype=np.float64)
+            taps, norm = _axis_taps(node, plan, size, d, o, _NumpyMath)
             shape = [1] * x.ndim
-            shape[d] = out[d]
-            w = w.reshape(shape)
-            y = np.take(y, i0, axis=d) * (1 - w) + np.take(y, i1, axis=d) * w
-        return [contiguous(y.astype(x.dtype))]
+            shape[d] = plan.out[d]
+            acc = sum(np.take(y, i, axis=d) * (1.0 if w is None else w.reshape(shape)) for i, w in taps)
+            y = acc if norm is None else acc / norm.reshape(shape)
+            inside = _crop_range(node, size, plan, d)
+            if inside is not None:
+                keep = ((o >= inside[0]) & (o <= inside[1])).reshape(shape)
+                y = np.where(keep, y, extrap)
+        return [contiguous(np.asarray(y).astype(x.dtype))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
         x = tensor_arg(args[0])
         node = AttrNode("Resize", attrs, name)
-        out, scale = resize_plan(node, x.shape, [])
-        axes = [d for d in range(x.ndim) if not (out[d] == x.shape[d] and scale[d] == 1.0)]
-        linear = _attr(node, "mode", "nearest") == "linear"
-        nm = _attr(node, "nearest_mode", "round_prefer_floor")
-
-        def taps(d: int, v: Expr) -> tuple[Expr, Expr, Expr]:
-            c = _source_coord(node, T.cast("float32", v), x.shape[d], out[d], scale[d])
-            top = x.shape[d] - 1
-            if not linear:
-                r = nearest(nm, c, T.floor, T.ceil)
-                i = T.min(T.max(T.cast("int32", r), 0), top)
-                return i, i, T.cast("float32", 0)
-            c = T.min(T.max(c, 0.0), float(top))
-            f = T.floor(c)
-            i0 = T.cast("int32", f)
-            return i0, T.min(i0 + 1, top), c - f
+        plan = resize_plan(node, x.shape, [])
+        extrap = float(attrs.get("extrapolation_value", 0.0))
+        crops = {d: _crop_range(node, x.shape[d], plan, d) for d in plan.axes}
 
         def body(i: list[Expr]) -> Expr:
-            per = {d: taps(d, i[d]) for d in axes}
-            total: Expr | None = None
-            corners = list(itertools.product((0, 1) if linear else (0,), repeat=len(axes)))
-            for corner in corners:
-                idx = list(i)
-                weight: Expr | None = None
-                for d, k in zip(axes, corner):
-                    i0, i1, w = per[d]
-                    idx[d] = i1 if k else i0
-                    if linear:
-                        f = w if k else 1.0 - w
-                        weight = f if weight is None else weight * f
-                v = x[tuple(idx)]
-                term = v if weight is None else v * weight
-                total = term if total is None else total + term
-            assert total is not None
-            return total
+            per = {
+                d: _axis_taps(node, plan, x.shape[d], d, T.cast("float32", i[d]), _TeMath) for d in plan.axes
+            }
 
-        return nd_compute(out, body, name, "injective")
+            def gather(k: int, idx: list[Any]) -> Expr:
+                # sum over the taps of axis plan.axes[k] of weight * (the sum over the later axes)
+                if k == len(plan.axes):
+                    return x[tuple(idx)]
+                d = plan.axes[k]
+                total: Expr | None = None
+                for j, w in per[d][0]:
+                    v = gather(k + 1, idx[:d] + [j] + idx[d + 1 :])
+                    term = v if w is None else v * w
+                    total = term if total is None else total + term
+                assert total is not None
+                return total
 
+            val = gather(0, list(i))
+            for d in plan.axes:
+                if per[d][1] is not None:
+                    val = val / per[d][1]
+            out = [(d, r) for d, r in crops.items() if r is not None]
+            if out:
+                outside = any_of(*[any_of(i[d] < r[0], i[d] > r[1]) for d, r in out])
+                val = T.select(outside, extrap, val)
+            return val
+
+        return nd_compute(plan.out, body, name, "injective")
+
+
+MAX_RESIZE_TAPS = 256  # input values read per output value (the product over the resampled axes)
 
 register("Resize", INJECTIVE, _check_resize)(_Resize)
 

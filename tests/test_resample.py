@@ -1,0 +1,136 @@
+"""Resize in every mode the definition accepts: compiled kernels and the numpy form against onnx's
+reference evaluator on fresh random inputs (one model, one build)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from autotune.graph import GraphError, compile_model, from_onnx  # noqa: E402
+from autotune.graph.interpreter import run_graph  # noqa: E402
+
+SHAPE = (2, 3, 5, 7)
+F32, I64 = np.float32, np.int64
+
+# (attributes, roi, scales, sizes)
+CASES = [
+    ({"mode": "cubic"}, None, [1, 1, 0.6, 1.7], None),
+    (
+        {
+            "mode": "cubic",
+            "coordinate_transformation_mode": "align_corners",
+            "cubic_coeff_a": -0.5,
+            "exclude_outside": 1,
+        },
+        None,
+        None,
+        [2, 3, 8, 4],
+    ),
+    ({"mode": "cubic", "antialias": 1}, None, [1, 1, 0.45, 0.7], None),
+    ({"mode": "linear", "antialias": 1, "exclude_outside": 1}, None, None, [2, 3, 3, 4]),
+    (
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"},
+        None,
+        [1, 1, 0.6, 2.3],
+        None,
+    ),
+    (
+        {
+            "mode": "linear",
+            "coordinate_transformation_mode": "tf_crop_and_resize",
+            "axes": [2, 3],
+            "extrapolation_value": -3.0,
+        },
+        [0.1, -0.2, 1.3, 0.9],
+        None,
+        [4, 6],
+    ),
+    (
+        {"mode": "cubic", "coordinate_transformation_mode": "tf_crop_and_resize"},
+        [0, 0.2, 0.25, 0.1, 1, 0.9, 0.75, 1.0],
+        None,
+        [2, 4, 3, 5],
+    ),
+    ({"mode": "nearest", "axes": [3, 2], "keep_aspect_ratio_policy": "not_smaller"}, None, None, [9, 4]),
+    ({"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"}, None, None, [9, 4]),
+    ({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"}, None, None, [2, 3, 1, 5]),
+    ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"}, None, [1, 1.5, 0.5, 2], None),
+    (
+        {
+            "mode": "cubic",
+            "coordinate_transformation_mode": "asymmetric",
+            "antialias": 1,
+            "exclude_outside": 1,
+            "axes": [3],
+        },
+        None,
+        [0.3],
+        None,
+    ),
+    (
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "tf_crop_and_resize",
+            "nearest_mode": "round_prefer_ceil",
+            "axes": [3],
+        },
+        [0.35, 1.4],
+        None,
+        [5],
+    ),
+]
+
+
+def _model(cases: list) -> onnx.ModelProto:
+    nodes, inits, outputs = [], [], []
+    for k, (attrs, roi, scales, sizes) in enumerate(cases):
+        ins = ["X"]
+        for name, vals, dt in (("roi", roi, F32), ("scales", scales, F32), ("sizes", sizes, I64)):
+            if vals is None:
+                ins.append("")
+            else:
+                inits.append(numpy_helper.from_array(np.asarray(vals, dtype=dt), f"{name}{k}"))
+                ins.append(f"{name}{k}")
+        while ins[-1] == "":
+            ins.pop()
+        nodes.append(helper.make_node("Resize", ins, [f"Y{k}"], name=f"resize{k}", **attrs))
+        outputs.append(
+            helper.make_tensor_value_info(f"Y{k}", TensorProto.FLOAT, [f"y{k}_{d}" for d in range(4)])
+        )
+    graph = helper.make_graph(
+        nodes, "resize", [helper.make_tensor_value_info("X", TensorProto.FLOAT, SHAPE)], outputs, inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_resize_modes_compile_and_match_the_onnx_reference(tmp_path) -> None:  # noqa: ANN001
+    model = _model(CASES)
+    x = np.random.default_rng(7).standard_normal(SHAPE).astype(F32)
+    expected = ReferenceEvaluator(model).run(None, {"X": x})
+    graph = from_onnx(model)
+    numpy_form = run_graph(graph, {"X": x})
+    compiled = compile_model(graph, db=None, verbose=False, cache_dir=str(tmp_path), workers=1).run({"X": x})
+    for k, (want, by_numpy, got) in enumerate(zip(expected, numpy_form, compiled)):
+        assert got.shape == want.shape, (k, CASES[k][0])
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(by_numpy, want, rtol=1e-4, atol=1e-5 * scale, err_msg=str(CASES[k][0]))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale, err_msg=str(CASES[k][0]))
+
+
+def test_crop_and_resize_with_scales_is_refused() -> None:
+    model = _model(
+        [
+            (
+                {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
+                [0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9],
+                [1, 1, 2, 2],
+                None,
+            )
+        ]
+    )
+    with pytest.raises(GraphError, match="tf_crop_and_resize with scales"):
+        from_onnx(model)
