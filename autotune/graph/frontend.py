@@ -170,10 +170,9 @@ def from_onnx(
             continue
         inputs.append(vi.name)
         dims, dtype = _type_of(vi)
-        bad = [d for d in dims if isinstance(d, int) and d <= 0]
+        bad = [d for d in dims if isinstance(d, int) and d < 0]
         if bad:
-            what = "a 0-sized dim" if bad[0] == 0 else f"a negative dim ({bad[0]})"
-            problems.append(f"input {vi.name!r} has {what} in {dims}; empty tensors are not supported")
+            problems.append(f"input {vi.name!r} has a negative dim ({bad[0]}) in {dims}")
             continue
         if vi.name in given:
             shape = given[vi.name]
@@ -192,11 +191,15 @@ def from_onnx(
             problems.append(f"input {vi.name!r} is {dtype}; model inputs may be {', '.join(KERNEL_DTYPES)}")
             continue
         types[vi.name] = TensorType(shape, dtype)
+        if 0 in shape:  # it holds nothing: known at compile time, folded like a constant
+            consts[vi.name] = np.zeros(shape, dtype)
     nodes = []
     for i, n in enumerate(g.node):
         attrs = _attrs(n)
-        if n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13:
-            attrs["_legacy"] = True
+        if (n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13) or (
+            n.op_type == "Dropout" and opset < 10
+        ):
+            attrs["_legacy"] = True  # the operator's older definition (axis semantics, mask type)
         nodes.append(
             Node(n.op_type, list(n.input), [o for o in n.output], attrs, n.name or f"{n.op_type}_{i}")
         )

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, contiguous
-from .ops import ELEMWISE, FOLD, FOLD_LIMIT_BYTES, REWRITE, evaluate, op_def, transpose_perm
+from .ops import ALIAS, ELEMWISE, FOLD, FOLD_LIMIT_BYTES, REWRITE, evaluate, op_def, transpose_perm
 from .winograd import Plan, use_winograd  # also registers the Winograd operators
 
 Pass = Callable[[Graph], Graph]
@@ -47,18 +47,19 @@ def infer_types(graph: Graph, fold: bool = False, problems: list[str] | None = N
         types[k] = TensorType(tuple(arr.shape), str(arr.dtype))
     nodes: list[Node] = []
     poisoned = {v for v in g.inputs if v not in g.types}
+    empty = {v for v in g.inputs if v in g.consts and g.consts[v].size == 0}  # 0-sized model inputs
     for n in g.nodes:
         if problems is not None:
             if any(i in poisoned or i not in types for i in n.inputs if i):
                 poisoned.update(o for o in n.outputs if o)
                 continue
             try:
-                _infer_node(g, n, types, nodes, fold)
+                _infer_node(g, n, types, nodes, fold, empty)
             except GraphError as err:
                 problems.append(str(err))
                 poisoned.update(o for o in n.outputs if o)
             continue
-        _infer_node(g, n, types, nodes, fold)
+        _infer_node(g, n, types, nodes, fold, empty)
     g.nodes = nodes
     g.types = types
     if problems is None:
@@ -66,9 +67,25 @@ def infer_types(graph: Graph, fold: bool = False, problems: list[str] | None = N
     return g
 
 
-def _type_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool) -> None:
+def _stand_ins(in_types: list, in_consts: list) -> list[np.ndarray | None]:
+    """A node's operands for evaluating what depends only on shapes: constants as they are, run-time
+    values as read-only zero views of their type (no memory)."""
+    out: list[np.ndarray | None] = []
+    for t, c in zip(in_types, in_consts):
+        if c is not None:
+            out.append(np.asarray(c))
+        else:
+            out.append(None if t is None else np.broadcast_to(np.zeros((), t.dtype), t.shape))
+    return out
+
+
+def _type_node(
+    g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool, empty: set[str]
+) -> None:
     """Type (or fold) one node: its outputs' types go into ``types``, the node into ``nodes`` unless
-    folded into constants of ``g``."""
+    folded into constants of ``g``. An output known without running the model becomes a constant:
+    one with a 0-sized dim (it holds nothing; added to ``empty``) or one the operator computes from
+    its operands' shapes alone (``OpDef.shape_only_outputs``: Shape, EyeLike, Dropout's mask)."""
     d = op_def(n.op)
     in_types = [types.get(i) if i else None for i in n.inputs]
     for i, t in zip(n.inputs, in_types):
@@ -77,31 +94,47 @@ def _type_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node
     in_consts = [g.consts.get(i) if i else None for i in n.inputs]
     live_consts = [c for i, c in zip(n.inputs, in_consts) if i]
     all_const = all(c is not None for c in live_consts)
-    if n.op in ("Shape", "Size") or (all_const and (d.kind == FOLD or (fold and live_consts))):
-        if n.op in ("Shape", "Size"):
-            shape = types[n.inputs[0]].shape  # type: ignore[union-attr]
-            vals = evaluate(n, [np.broadcast_to(np.zeros((), np.uint8), shape)])  # no memory
-        else:
-            out_types = d.infer(n, in_types, in_consts)
-            size = sum(t.nbytes for t in out_types)
-            if size > FOLD_LIMIT_BYTES:
-                raise GraphError(
-                    f"{n.op} node {n.name!r}: folding it at import would make a {size >> 20} MiB constant"
-                )
-            vals = evaluate(n, [np.asarray(c) if c is not None else None for c in in_consts])
+    present = [k for k, o in enumerate(n.outputs) if o]
+    shape_only = bool(present) and set(present) <= set(d.shape_only_outputs)
+    if shape_only or (all_const and (d.kind == FOLD or (fold and live_consts))):
+        out_types = d.infer(n, in_types, in_consts)
+        size = sum(t.nbytes for o, t in zip(n.outputs, out_types) if o)
+        if size > FOLD_LIMIT_BYTES:
+            raise GraphError(
+                f"{n.op} node {n.name!r}: folding it at import would make a {size >> 20} MiB constant"
+            )
+        vals = evaluate(n, _stand_ins(in_types, in_consts))
         for o, v in zip(n.outputs, vals):
             if o:
                 arr = contiguous(v)
                 g.consts[o] = arr
                 types[o] = TensorType(tuple(arr.shape), str(arr.dtype))
+                if arr.size == 0:
+                    empty.add(o)
         return
     outs = d.infer(n, in_types, in_consts)
+    if any(0 in t.shape for o, t in zip(n.outputs, outs) if o):
+        for o, t in zip(n.outputs, outs):  # empty results: constants, whatever the operands hold
+            if o and 0 in t.shape:
+                g.consts[o] = np.zeros(t.shape, t.dtype)
+                types[o] = t
+                empty.add(o)
+        n.outputs = [o if o not in g.consts else "" for o in n.outputs]
+        if not any(n.outputs):
+            return
+    params = set(d.const_operands)
+    for k, i in enumerate(n.inputs):
+        if i in empty and k not in params and d.kind != ALIAS:
+            raise GraphError(f"{n.op} node {n.name!r}: operand {i!r} is empty (a 0-sized dim): not compiled")
+    static = [k for k in d.shape_only_outputs if k < len(n.outputs) and n.outputs[k]]
+    if static:
+        vals = evaluate(n, _stand_ins(in_types, in_consts))
+        for k in static:
+            g.consts[n.outputs[k]] = contiguous(vals[k])
+            types[n.outputs[k]] = outs[k]
+        n.outputs = ["" if k in static else o for k, o in enumerate(n.outputs)]
     for o, t in zip(n.outputs, outs):
         if o:
-            if 0 in t.shape:
-                raise GraphError(
-                    f"{n.op} node {n.name!r}: its result {t} is empty (a 0-sized dim): not compiled"
-                )
             types[o] = t
     nodes.append(n)
 
@@ -109,10 +142,12 @@ def _type_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node
 _MALFORMED = (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError)
 
 
-def _infer_node(g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool) -> None:
+def _infer_node(
+    g: Graph, n: Node, types: dict[str, TensorType], nodes: list[Node], fold: bool, empty: set[str]
+) -> None:
     """:func:`_type_node`, with malformed attribute or operand values reported as a GraphError."""
     try:
-        _type_node(g, n, types, nodes, fold)
+        _type_node(g, n, types, nodes, fold, empty)
     except GraphError:
         raise
     except _MALFORMED as err:

@@ -63,6 +63,9 @@ class OpDef:
     # output position -> how many leading operands computing that output alone reads (an operator
     # with several outputs becomes one kernel per output: ``passes.one_output_per_node``)
     output_operands: dict[int, int] = field(default_factory=dict)
+    # output positions whose value depends only on the operands' shapes and constant operands (Shape,
+    # EyeLike, Dropout's mask): constants, whatever the run-time operands hold
+    shape_only_outputs: tuple[int, ...] = ()
 
 
 OPS: dict[str, OpDef] = {}
@@ -84,6 +87,7 @@ def register(
             internal,
             dict(getattr(cls, "const_operands", {})),
             dict(getattr(cls, "output_operands", {})),
+            tuple(getattr(cls, "shape_only_outputs", ())),
         )
         return cls
 

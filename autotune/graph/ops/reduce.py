@@ -62,12 +62,23 @@ def _reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) ->
     return tuple(1 if d in axes else s for d, s in enumerate(shape) if keepdims or d not in axes)
 
 
+def _lowest(dtype: np.dtype, sign: int) -> Any:
+    """The identity of max (``sign`` -1: the lowest value) or min (+1: the highest) in ``dtype``, the
+    result of reducing an empty set."""
+    if dtype == np.bool_:
+        return sign > 0
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.max if sign > 0 else info.min
+    return sign * np.inf
+
+
 # name: (operand types, numpy of (x, axes), expression builder of (x, axes, name) -> full-rank te)
 _REDUCE_NP: dict[str, Callable[[np.ndarray, tuple], np.ndarray]] = {
     "ReduceSum": lambda x, a: np.sum(x, axis=a, keepdims=True),
     "ReduceMean": lambda x, a: np.mean(x, axis=a, keepdims=True),
-    "ReduceMax": lambda x, a: np.max(x, axis=a, keepdims=True),
-    "ReduceMin": lambda x, a: np.min(x, axis=a, keepdims=True),
+    "ReduceMax": lambda x, a: np.max(x, axis=a, keepdims=True, initial=_lowest(x.dtype, -1)),
+    "ReduceMin": lambda x, a: np.min(x, axis=a, keepdims=True, initial=_lowest(x.dtype, 1)),
     "ReduceProd": lambda x, a: np.prod(x, axis=a, keepdims=True),
     "ReduceL1": lambda x, a: np.sum(np.abs(x), axis=a, keepdims=True),
     "ReduceL2": lambda x, a: np.sqrt(np.sum(x * x, axis=a, keepdims=True)),

@@ -1,6 +1,7 @@
 """Views and shape computations. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout in
 inference) move no data: the output aliases the input's storage. Shape computations (Constant, Shape,
-Size, ConstantOfShape, Range, NonZero, EyeLike) are evaluated at import and only on constants."""
+Size, ConstantOfShape, Range, NonZero) are evaluated at import and only on constants; Shape, Size,
+EyeLike and Dropout's mask depend only on shapes and are constants whatever their operands hold."""
 
 from __future__ import annotations
 
@@ -82,31 +83,52 @@ def alias_shape(node: Any, x: TensorType, consts: Consts) -> tuple[int, ...]:
     raise GraphError(f"not a view: {op}")
 
 
-def _check_dropout(node: Node) -> str | None:
-    return "the mask output" if any(node.outputs[1:]) else None
-
-
 class _Alias:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         x = same(types[0])
-        if node.op == "Dropout" and _dropout_training(node, consts):
-            raise GraphError(f"Dropout node {node.name!r}: training mode (random dropping) is not compiled")
         return [TensorType(alias_shape(node, x, consts), x.dtype)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
         consts = [None] + [None if v is None else np.asarray(v) for v in xs[1:]]
-        if node.op == "Dropout" and _dropout_training(node, consts):
-            raise GraphError(f"Dropout node {node.name!r}: training mode (random dropping) is not compiled")
         t = TensorType(tuple(x.shape), str(x.dtype))
         return [np.reshape(x, alias_shape(node, t, consts))]
 
 
 for _name in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
     register(_name, ALIAS)(_Alias)
-register("Dropout", ALIAS, _check_dropout)(_Alias)
+
+
+def _dropout_mask_dtype(node: Node, x_dtype: str) -> str:
+    """The mask is bool (opset 10 on), before that of the input's type."""
+    return x_dtype if node.attrs.get("_legacy") else "bool"
+
+
+class _Dropout:
+    """Dropout where nothing is dropped (inference, or training with ratio 0): the output is a view
+    of the input and the mask, all kept, a constant. Random dropping is not compiled."""
+
+    shape_only_outputs = (1,)
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        if _dropout_training(node, consts):
+            raise GraphError(f"Dropout node {node.name!r}: training mode (random dropping) is not compiled")
+        return [x, TensorType(x.shape, _dropout_mask_dtype(node, x.dtype))][: max(1, len(node.outputs))]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(xs[0])
+        if _dropout_training(node, [None] + [None if v is None else np.asarray(v) for v in xs[1:]]):
+            raise GraphError(f"Dropout node {node.name!r}: training mode (random dropping) is not compiled")
+        mask = np.ones(x.shape, _dropout_mask_dtype(node, str(x.dtype)))
+        return [x, mask][: max(1, len(node.outputs))]
+
+
+register("Dropout", ALIAS)(_Dropout)
 
 
 # --- shape computations (constants only) --------------------------------------------------------------
@@ -154,6 +176,8 @@ def _shape_slice(node: Node, n: int) -> slice:
 
 
 class _Shape:
+    shape_only_outputs = (0,)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         nd = len(same(types[0]).shape)
@@ -169,6 +193,8 @@ register("Shape", FOLD)(_Shape)
 
 
 class _Size:
+    shape_only_outputs = (0,)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         return [TensorType((), "int64")]
@@ -244,7 +270,20 @@ class _NonZero(_Folded):
 register("NonZero", FOLD)(_NonZero)
 
 
-class _EyeLike(_Folded):
+class _EyeLike:
+    """An identity-like matrix of the input's 2-d shape: a constant, whatever the input holds."""
+
+    shape_only_outputs = (0,)
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        if len(x.shape) != 2:
+            raise GraphError(f"EyeLike node {node.name!r}: input of rank {len(x.shape)}, expected 2")
+        dt = onnx_dtype(node.attrs["dtype"]) if "dtype" in node.attrs else np.dtype(x.dtype)
+        _check_size(node, x.shape, dt.itemsize)
+        return [TensorType(x.shape, str(dt))]
+
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(xs[0])
