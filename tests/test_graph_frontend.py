@@ -63,14 +63,16 @@ def test_unsupported_operators_are_all_reported_at_once() -> None:
         helper.make_node("Relu", ["x"], ["a"], name="r"),
         helper.make_node("NonMaxSuppression", ["a"], ["b"], name="nms1"),
         helper.make_node("TopK", ["b"], ["c", "ci"], name="topk"),
-        helper.make_node("MaxPool", ["c"], ["d"], name="pool_so", kernel_shape=[3, 3], storage_order=1),
+        helper.make_node(
+            "MaxPool", ["c"], ["d"], name="pool_so", kernel_shape=[3, 3], dilations=[1, 1, 1, 1]
+        ),
     ]
     w = ("w", np.zeros((1, 1, 3, 3), np.float32))
     with pytest.raises(UnsupportedModelError) as info:
         from_onnx(make(nodes, [("x", [1, 1, 4, 4])], [("d", [1, 1, 4, 4])], [w]))
     msg = str(info.value)
     assert "NonMaxSuppression (node 'nms1')" in msg and "TopK (node 'topk')" in msg
-    assert "pool_so" in msg and "storage_order" in msg
+    assert "pool_so" in msg and "dilations=[1, 1, 1, 1]" in msg
     assert len(info.value.problems) == 3
 
 

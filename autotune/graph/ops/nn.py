@@ -1,8 +1,10 @@
 """Convolutions, matrix products and pooling: 2-d (4-d tensors) in NCHW as imported or NHWC after the
-layout pass, with per-axis strides and dilations, begin/end padding, ``auto_pad`` and ``ceil_mode``."""
+layout pass, with per-axis strides and dilations, begin/end padding, ``auto_pad`` and ``ceil_mode``;
+pools also over 3 spatial dims (NCDHW) and MaxPool's Indices."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Sequence
 
@@ -10,42 +12,61 @@ import numpy as np
 
 from autotune import te
 from autotune.te import tensor as T
-from autotune.te.expr import Expr
+from autotune.te.expr import Expr, all_of, compare, const, equal
 from autotune.te.ops import conv as conv_ops
 
 from ..ir import GraphError, Node, TensorType, contiguous
-from .base import ANCHOR, REDUCE, REWRITE, Arg, Consts, Types, broadcast_shapes, float_only, register, same
+from .base import (
+    ANCHOR,
+    REDUCE,
+    REWRITE,
+    Arg,
+    Consts,
+    Types,
+    broadcast_shapes,
+    float_only,
+    output_positions,
+    register,
+    same,
+)
 from .products import check_operands, operand_np, operand_te, result_type
 from .te_build import nd_compute, reduce_over, tensor_arg
 
 
 # --- geometry -----------------------------------------------------------------------------------------
-def _two(attrs: dict, key: str, default: int) -> tuple[int, int]:
+def per_axis(attrs: dict, key: str, default: int, n: int) -> tuple[int, ...]:
+    """An n-axis attribute (strides, dilations...): its values, one value for every axis, or the default."""
     v = attrs.get(key)
     if v is None:
-        return default, default
+        return (default,) * n
     v = [int(x) for x in v]
-    return (v[0], v[1]) if len(v) == 2 else (v[0], v[0])
+    return tuple(v) if len(v) == n else (v[0],) * n
+
+
+def _two(attrs: dict, key: str, default: int) -> tuple[int, int]:
+    return per_axis(attrs, key, default, 2)  # type: ignore[return-value]
 
 
 def window_geometry(
     attrs: dict, in_hw: Sequence[int], k_hw: Sequence[int], ceil: bool = False
 ) -> dict[str, Any]:
-    """Strides, dilations, pads (top, left, bottom, right) and output size of a 2-d window op."""
-    strides, dil = _two(attrs, "strides", 1), _two(attrs, "dilations", 1)
+    """Strides, dilations, pads (every axis's begin, then every axis's end: top, left, bottom, right
+    in 2-d) and output size of a window op over ``len(in_hw)`` spatial axes."""
+    n = len(in_hw)
+    strides, dil = per_axis(attrs, "strides", 1, n), per_axis(attrs, "dilations", 1, n)
     auto = attrs.get("auto_pad", "NOTSET")
-    pads = [0, 0, 0, 0]
+    pads = [0] * (2 * n)
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        for d in range(2):
+        for d in range(n):
             out = -(-in_hw[d] // strides[d])
             total = max(0, (out - 1) * strides[d] + (k_hw[d] - 1) * dil[d] + 1 - in_hw[d])
             small, big = total // 2, total - total // 2
-            pads[d], pads[d + 2] = (small, big) if auto == "SAME_UPPER" else (big, small)
+            pads[d], pads[d + n] = (small, big) if auto == "SAME_UPPER" else (big, small)
     elif auto == "NOTSET" and attrs.get("pads") is not None:
         pads = [int(p) for p in attrs["pads"]]
     outs = []
-    for d in range(2):
-        span = in_hw[d] + pads[d] + pads[d + 2] - ((k_hw[d] - 1) * dil[d] + 1)
+    for d in range(n):
+        span = in_hw[d] + pads[d] + pads[d + n] - ((k_hw[d] - 1) * dil[d] + 1)
         if ceil:
             o = -(-span // strides[d]) + 1
             if (o - 1) * strides[d] >= in_hw[d] + pads[d]:
@@ -56,24 +77,21 @@ def window_geometry(
     return {"strides": strides, "dilations": dil, "pads": tuple(pads), "out": tuple(outs)}
 
 
-def _check_window(node: Node) -> str | None:
+def _check_window(node: Node, dims: Sequence[int] = (1, 2)) -> str | None:
     a = node.attrs
     if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         return f"auto_pad={a['auto_pad']}"
+    names = ", ".join(f"{d}-d" for d in dims[:-1]) + f" and {dims[-1]}-d"
     ks = a.get("kernel_shape")
-    if ks is not None and len(ks) not in (1, 2):
-        return f"{len(ks)}-d window (only 1-d and 2-d)"
+    if ks is not None and len(ks) not in dims:
+        return f"{len(ks)}-d window (only {names})"
     for key in ("strides", "dilations"):
         v = a.get(key)
-        if v is not None and len(v) not in (1, 2):
-            return f"{key}={list(v)} (only 1-d and 2-d)"
+        if v is not None and len(v) not in dims:
+            return f"{key}={list(v)} (only {names})"
     pads = a.get("pads")
-    if pads is not None and (len(pads) not in (2, 4) or min(pads) < 0):
+    if pads is not None and (len(pads) not in [2 * d for d in dims] or min(pads) < 0):
         return f"pads={list(pads)}"
-    if a.get("storage_order", 0):
-        return "storage_order=1"
-    if len(node.outputs) > 1 and any(node.outputs[1:]):
-        return "a second output (Indices)"
     return None
 
 
@@ -112,20 +130,19 @@ def is_uniform_conv(node: Node) -> bool:
 
 
 def _windows(xp: np.ndarray, k: Sequence[int], st: Sequence[int], dil: Sequence[int], out: Sequence[int]):
-    """Views ``xp[..., y*st + r*dil, x*st + s*dil]`` for each tap (r, s), NCHW."""
-    for r in range(k[0]):
-        for s in range(k[1]):
-            y0, x0 = r * dil[0], s * dil[1]
-            yield (
-                r,
-                s,
-                xp[
-                    :,
-                    :,
-                    y0 : y0 + st[0] * (out[0] - 1) + 1 : st[0],
-                    x0 : x0 + st[1] * (out[1] - 1) + 1 : st[1],
-                ],
-            )
+    """``(r, view)`` for each tap ``r`` of an n-d window in scan order: the view holds
+    ``xp[:, :, o * st + r * dil ...]`` for every output position ``o`` (NC + spatial dims)."""
+    for r in itertools.product(*(range(kd) for kd in k)):
+        yield (
+            r,
+            xp[
+                (slice(None), slice(None))
+                + tuple(
+                    slice(r[d] * dil[d], r[d] * dil[d] + st[d] * (out[d] - 1) + 1, st[d])
+                    for d in range(len(k))
+                )
+            ],
+        )
 
 
 def conv2d_np(x: np.ndarray, w: np.ndarray, geo: dict, groups: int) -> np.ndarray:
@@ -137,7 +154,7 @@ def conv2d_np(x: np.ndarray, w: np.ndarray, geo: dict, groups: int) -> np.ndarra
     oh, ow = geo["out"]
     out = np.zeros((n, groups, f // groups, oh, ow), dtype=np.result_type(x, w))
     wg = w.reshape(groups, f // groups, cg, kh, kw)
-    for r, s, patch in _windows(xp, (kh, kw), geo["strides"], geo["dilations"], geo["out"]):
+    for (r, s), patch in _windows(xp, (kh, kw), geo["strides"], geo["dilations"], geo["out"]):
         out += np.einsum("ngchw,gfc->ngfhw", patch.reshape(n, groups, cg, oh, ow), wg[..., r, s])
     return out.reshape(n, f, oh, ow)
 
@@ -287,12 +304,18 @@ register("Gemm", REWRITE)(_Gemm)
 
 # --- BatchNormalization -------------------------------------------------------------------------------
 def _check_bn(node: Node) -> str | None:
-    if node.attrs.get("training_mode", 0) or any(node.outputs[1:]):
-        return "training mode"
+    if any(node.outputs[3:]):
+        return "training mode with saved mean / variance outputs (opsets before 14)"
+    if any(node.outputs[1:]) and not node.attrs.get("training_mode", 0):
+        return "running mean / variance outputs without training_mode=1 (training mode of opsets before 14)"
     return None
 
 
 class _BatchNorm:
+    """Inference: the given mean and variance; ``training_mode=1``: the batch's statistics over every
+    axis but the channels, with the running mean and variance as optional outputs
+    (``passes.lower_batch_norm`` computes both forms)."""
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         x = same(types[0])
@@ -304,16 +327,25 @@ class _BatchNorm:
             raise GraphError(
                 f"BatchNormalization node {node.name!r}: scale, bias, mean and variance must be constants"
             )
-        return [x]
+        if node.attrs.get("training_mode", 0) and len(x.shape) < 2:
+            raise GraphError(f"BatchNormalization node {node.name!r}: training mode needs a channel axis")
+        return [x, TensorType((c,), x.dtype), TensorType((c,), x.dtype)][: max(1, len(node.outputs))]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x, scale, bias, mean, var = xs[:5]
         shape = (1, -1) + (1,) * (x.ndim - 2)
         eps = node.attrs.get("epsilon", 1e-5)
+        outs = []
+        if node.attrs.get("training_mode", 0):
+            axes = (0, *range(2, x.ndim))
+            m = float(node.attrs.get("momentum", 0.9))
+            batch_mean, batch_var = x.mean(axis=axes), x.var(axis=axes)
+            outs = [mean * m + batch_mean * (1 - m), var * m + batch_var * (1 - m)]
+            mean, var = batch_mean, batch_var
         k = scale / np.sqrt(var + eps)
         y = (x - mean.reshape(shape)) * k.reshape(shape) + bias.reshape(shape)
-        return [y.astype(x.dtype, copy=False)]
+        return [v.astype(x.dtype, copy=False) for v in [y, *outs][: max(1, len(node.outputs))]]
 
 
 register("BatchNormalization", REWRITE, _check_bn)(_BatchNorm)
@@ -323,18 +355,21 @@ register("BatchNormalization", REWRITE, _check_bn)(_BatchNorm)
 def _check_pool(node: Node) -> str | None:
     if "kernel_shape" not in node.attrs:
         return "no kernel_shape"
-    if node.op == "AveragePool":
-        d = node.attrs.get("dilations")
-        if d is not None and any(v != 1 for v in d):
-            return f"dilations={list(d)}"
-    return _check_window(node)
+    return _check_window(node, (1, 2, 3))
 
 
 def pool_geometry(node_or_attrs: Any, in_hw: Sequence[int]) -> dict[str, Any]:
+    """:func:`window_geometry` of a pool, plus its ``kernel`` and ``ends``: the end padding that holds
+    every window (ceil-mode windows may end past the given padding)."""
     attrs = node_or_attrs if isinstance(node_or_attrs, dict) else node_or_attrs.attrs
     k = tuple(int(v) for v in attrs["kernel_shape"])
     geo = window_geometry(attrs, in_hw, k, ceil=bool(attrs.get("ceil_mode", 0)))
     geo["kernel"] = k
+    n, st, dil, pads = len(in_hw), geo["strides"], geo["dilations"], geo["pads"]
+    geo["ends"] = tuple(
+        max(pads[n + d], (geo["out"][d] - 1) * st[d] + (k[d] - 1) * dil[d] + 1 - in_hw[d] - pads[d])
+        for d in range(n)
+    )
     return geo
 
 
@@ -350,135 +385,257 @@ def pool_params(node: Node) -> dict[str, int]:
     }
 
 
-def _pool_np(node: Node, x: np.ndarray) -> np.ndarray:
-    geo = pool_geometry(node, x.shape[2:])
-    (oh, ow), (kh, kw) = geo["out"], geo["kernel"]
-    (sh, sw), (dh, dw) = geo["strides"], geo["dilations"]
-    pt, pl, pb, pr = geo["pads"]
-    h, w = x.shape[2:]
-    # room for every window, including ceil-mode windows that end past the padding
-    eb = max(pb, (oh - 1) * sh + (kh - 1) * dh + 1 - h - pt)
-    er = max(pr, (ow - 1) * sw + (kw - 1) * dw + 1 - w - pl)
+def _counted(geo: dict, in_sp: Sequence[int], include: bool) -> list[tuple[int, int]]:
+    """Per spatial axis, the input positions an average counts: the input, or with
+    ``count_include_pad`` the input and its given padding (never the ceil-mode extension)."""
+    n = len(in_sp)
+    pads = geo["pads"]
+    return [(-pads[d], in_sp[d] + pads[n + d]) if include else (0, in_sp[d]) for d in range(n)]
+
+
+MAX_POOL_INDICES = 1  # MaxPool's optional second output
+
+
+def _pool_np(node: Node, x: np.ndarray) -> list[np.ndarray]:
+    """The outputs of a pool over NC + spatial dims (MaxPool: values and, if asked, Indices)."""
+    n = x.ndim - 2
+    in_sp = x.shape[2:]
+    geo = pool_geometry(node, in_sp)
+    out, k = geo["out"], geo["kernel"]
+    st, dil, begin = geo["strides"], geo["dilations"], geo["pads"][:n]
     is_max = node.op == "MaxPool"
     xp = np.pad(
-        x.astype(np.float64), ((0, 0), (0, 0), (pt, eb), (pl, er)), constant_values=-np.inf if is_max else 0.0
+        x.astype(np.float64),
+        ((0, 0), (0, 0), *zip(begin, geo["ends"])),
+        constant_values=-np.inf if is_max else 0.0,
     )
-    taps = [v for _, _, v in _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))]
-    if is_max:
-        return np.max(taps, axis=0).astype(x.dtype)
-    total = np.sum(taps, axis=0)
-    lo_h, hi_h, lo_w, hi_w = (
-        (-pt, h + pb, -pl, w + pr) if node.attrs.get("count_include_pad", 0) else (0, h, 0, w)
-    )
-    ys = np.arange(oh) * sh - pt
-    xs = np.arange(ow) * sw - pl
-    ch = np.minimum(ys + kh, hi_h) - np.maximum(ys, lo_h)
-    cw = np.minimum(xs + kw, hi_w) - np.maximum(xs, lo_w)
-    return (total / (ch[:, None] * cw[None, :])).astype(x.dtype)
+    taps = list(_windows(xp, k, st, dil, out))
+    axis_shape = [[1] * n for _ in range(n)]
+    for d in range(n):
+        axis_shape[d][d] = out[d]
+    # input position of tap r along axis d, for every output position: o * st - begin + r * dil
+    start = [(np.arange(out[d]) * st[d] - begin[d]).reshape(axis_shape[d]) for d in range(n)]
+    if not is_max:
+        total = np.sum([v for _, v in taps], axis=0)
+        count = np.ones(out, dtype=np.int64)
+        for d, (lo, hi) in enumerate(_counted(geo, in_sp, bool(node.attrs.get("count_include_pad", 0)))):
+            pos = start[d][..., None] + np.arange(k[d]) * dil[d]
+            count = count * ((pos >= lo) & (pos < hi)).sum(axis=-1)
+        return [(total / count).astype(x.dtype)]
+    y = np.max([v for _, v in taps], axis=0)
+    outs = [y.astype(x.dtype)]
+    if MAX_POOL_INDICES in output_positions(node):
+        col_major = bool(node.attrs.get("storage_order", 0))
+        order = range(n) if col_major else range(n - 1, -1, -1)
+        stride, step = [0] * n, 1
+        for d in order:
+            stride[d], step = step, step * in_sp[d]
+        plane = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * n) * step
+        idx = np.full(y.shape, -1, dtype=np.int64)
+        best = np.full(y.shape, -np.inf)
+        for r, v in taps:  # scan order; the first tap holding the maximum wins
+            pos = [start[d] + r[d] * dil[d] for d in range(n)]
+            inside = np.ones(y.shape, dtype=bool)
+            for d, p in enumerate(pos):
+                inside = inside & (p >= 0) & (p < in_sp[d])
+            take = inside & ((idx < 0) | (v > best))
+            flat = plane + sum(p * stride[d] for d, p in enumerate(pos))
+            idx, best = np.where(take, flat, idx), np.where(take, v, best)
+        outs.append(idx)
+    return [outs[0] if p == 0 else outs[1] for p in output_positions(node)]
+
+
+def _spatial(ndim: int, nhwc: bool) -> list[int]:
+    """Positions of the spatial dims in a pool's tensors."""
+    return list(range(1, ndim - 1)) if nhwc else list(range(2, ndim))
 
 
 class _Pool:
+    output_operands = {MAX_POOL_INDICES: 1}
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         float_only(node, types)
         x = same(types[0])
-        if len(x.shape) != 4:
-            raise GraphError(f"{node.op} node {node.name!r}: only 1-d and 2-d pooling, got {x.shape}")
         nhwc = _is_nhwc(node.attrs)
-        n, c, h, w = _nchw_dims(x, nhwc)
-        geo = pool_geometry(node, (h, w))
-        oh, ow = geo["out"]
-        if oh <= 0 or ow <= 0:
-            raise GraphError(f"{node.op} node {node.name!r}: output size {oh}x{ow} is not positive")
+        if len(x.shape) not in (4, 5) or (nhwc and len(x.shape) != 4):
+            raise GraphError(f"{node.op} node {node.name!r}: only 1-d, 2-d and 3-d pooling, got {x.shape}")
+        sp = _spatial(len(x.shape), nhwc)
+        geo = pool_geometry(node, [x.shape[d] for d in sp])
         k = geo["kernel"]
-        if any(p >= k[d % 2] for d, p in enumerate(geo["pads"])) and node.op == "MaxPool":
+        if len(k) != len(sp):
+            raise GraphError(f"{node.op} node {node.name!r}: kernel_shape {list(k)} for input {x.shape}")
+        if any(o <= 0 for o in geo["out"]):
+            raise GraphError(f"{node.op} node {node.name!r}: output size {geo['out']} is not positive")
+        if any(p >= k[d % len(k)] for d, p in enumerate(geo["pads"])) and node.op == "MaxPool":
             raise GraphError(
                 f"{node.op} node {node.name!r}: padding {list(geo['pads'])} not below the kernel"
             )
-        return [TensorType((n, oh, ow, c) if nhwc else (n, c, oh, ow), x.dtype)]
+        shape = list(x.shape)
+        for d, o in zip(sp, geo["out"]):
+            shape[d] = o
+        y = TensorType(tuple(shape), x.dtype)
+        return [y if p == 0 else TensorType(y.shape, "int64") for p in output_positions(node)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        nhwc = _is_nhwc(node.attrs)
-        y = _pool_np(node, x.transpose(0, 3, 1, 2) if nhwc else x)
-        return [contiguous(y.transpose(0, 2, 3, 1) if nhwc else y)]
+        if not _is_nhwc(node.attrs):
+            return [contiguous(y) for y in _pool_np(node, x)]
+        return [contiguous(y.transpose(0, 2, 3, 1)) for y in _pool_np(node, x.transpose(0, 3, 1, 2))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        return pool2d(attrs, tensor_arg(args[0]), name)
+        return pool_te(attrs, tensor_arg(args[0]), name)
 
 
 MAX_WINDOW_TAPS = 16  # pooling windows up to this size are unrolled into elementwise stages
 
 
-def pool2d(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
+def _pad_te(
+    x: te.Tensor, sp: Sequence[int], begin: Sequence[int], ends: Sequence[int], fill: float, name: str
+):
+    """``x`` padded by ``begin`` / ``ends`` on the dims ``sp`` with ``fill`` (an injective stage)."""
+    if not any(begin) and not any(ends):
+        return x
+    if x.ndim == 4:  # the 2-d stage the named pool workloads build
+        pad_fn = conv_ops.pad_nchw if sp[0] == 2 else conv_ops.pad_nhwc
+        (pt, pl), (pb, pr) = begin, ends
+        uniform = len({pt, pl, pb, pr}) == 1
+        return pad_fn(x, pt if uniform else (pt, pl, pb, pr), name, pad_value=fill)
+    shape = list(x.shape)
+    for d, b, e in zip(sp, begin, ends):
+        shape[d] += b + e
+
+    def body(i: list[Expr]) -> Expr:
+        src = list(i)
+        conds = []
+        for d, b in zip(sp, begin):
+            src[d] = i[d] - b
+            conds += [compare("le", b, i[d]), compare("lt", i[d], b + x.shape[d])]
+        return T.select(all_of(*conds), x[tuple(src)], fill)
+
+    return nd_compute(shape, body, name, "pad")
+
+
+def _window_count(v: Expr, k: int, st: int, dil: int, begin: int, lo: int, hi: int) -> Expr:
+    """How many of the window's taps at output position ``v`` lie in ``[lo, hi)``."""
+    if dil == 1:
+        return T.min(v * st - begin + k, hi) - T.max(v * st - begin, lo)
+    total: Expr | None = None
+    for r in range(k):
+        p = v * st - begin + r * dil
+        one = T.select(all_of(compare("le", lo, p), compare("lt", p, hi)), 1, 0)
+        total = one if total is None else total + one
+    assert total is not None
+    return total
+
+
+def pool_te(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
+    """MaxPool / AveragePool (``_op``) over 1 to 3 spatial dims, NCHW or (2-d) NHWC; with
+    ``_output`` 1, MaxPool's Indices (flat positions in the NCHW input, row- or column-major)."""
     op = attrs["_op"]
     nhwc = _is_nhwc(attrs)
-    n, c, h, w = _nchw_dims(TensorType(x.shape, x.dtype), nhwc)
-    geo = pool_geometry(attrs, (h, w))
-    (oh, ow), (kh, kw) = geo["out"], geo["kernel"]
-    (sh, sw), (dh, dw) = geo["strides"], geo["dilations"]
-    pt, pl, pb, pr = geo["pads"]
-    eb = max(pb, (oh - 1) * sh + (kh - 1) * dh + 1 - h - pt)
-    er = max(pr, (ow - 1) * sw + (kw - 1) * dw + 1 - w - pl)
+    sp = _spatial(x.ndim, nhwc)
+    in_sp = [x.shape[d] for d in sp]
+    n = len(sp)
+    geo = pool_geometry(attrs, in_sp)
+    out, k = geo["out"], geo["kernel"]
+    st, dil, begin = geo["strides"], geo["dilations"], geo["pads"][:n]
     is_max = op == "MaxPool"
     fill = float(np.finfo(x.dtype).min) if is_max else 0.0  # max pool's padding: the lowest value
-    pad_fn = conv_ops.pad_nhwc if nhwc else conv_ops.pad_nchw
-    uniform = len({pt, pl, eb, er}) == 1
-    xp = pad_fn(x, pt if uniform else (pt, pl, eb, er), name + "_pad", pad_value=fill)
-    shape = (n, oh, ow, c) if nhwc else (n, c, oh, ow)
+    xp = _pad_te(x, sp, begin, geo["ends"], fill, name + "_pad")
+    shape = list(x.shape)
+    for d, o in zip(sp, out):
+        shape[d] = o
+    indices = is_max and int(attrs.get("_output", 0)) == MAX_POOL_INDICES
 
-    def tap(i: list[Expr], r: Any, s: Any) -> Expr:
-        if nhwc:
-            b, y, xx, ch = i
-            return xp[b, y * sh + r * dh, xx * sw + s * dw, ch]
-        b, ch, y, xx = i
-        return xp[b, ch, y * sh + r * dh, xx * sw + s * dw]
+    def tap(i: list[Expr], r: Sequence[Any]) -> Expr:
+        idx = list(i)
+        for j, d in enumerate(sp):
+            idx[d] = i[d] * st[j] + r[j] * dil[j]
+        return xp[tuple(idx)]
 
-    if kh * kw <= MAX_WINDOW_TAPS:
+    taps = list(itertools.product(*(range(kd) for kd in k)))
+    stage = name + "_max" if indices else name if is_max else name + "_sum"
+    if len(taps) <= MAX_WINDOW_TAPS:
         # small windows: an elementwise max / sum of the taps, so the output stage vectorizes along
         # its innermost axis (a reduction stage would stay scalar)
-        taps = [(r, s) for r in range(kh) for s in range(kw)]
-
         def win(i: list[Expr]) -> Expr:
-            out = tap(i, *taps[0])
-            for r, s in taps[1:]:
-                out = T.max(out, tap(i, r, s)) if is_max else out + tap(i, r, s)
-            return out
+            acc = tap(i, taps[0])
+            for r in taps[1:]:
+                acc = T.max(acc, tap(i, r)) if is_max else acc + tap(i, r)
+            return acc
 
-        total = nd_compute(shape, win, name if is_max else name + "_sum", "pool")
+        total = nd_compute(shape, win, stage, "pool")
     else:
-        ry, rx = T.reduce_axis(kh, "ry"), T.reduce_axis(kw, "rx")
+        raxes = [T.reduce_axis(kd, a) for kd, a in zip(k, ("rz", "ry", "rx")[3 - n :])]
         reducer = T.max_reduce if is_max else T.sum
         total = nd_compute(
-            shape, lambda i: reducer(tap(i, ry, rx), axis=[ry, rx]), name if is_max else name + "_sum", "pool"
+            shape, lambda i: reducer(tap(i, [r.var for r in raxes]), axis=raxes), stage, "pool"
         )
+    if indices:
+        return _argmax_te(attrs, x, xp, total, sp, geo, taps, tap, name)
     if is_max:
         return total
     include = bool(attrs.get("count_include_pad", 0))
-    lo_h, hi_h, lo_w, hi_w = (-pt, h + pb, -pl, w + pr) if include else (0, h, 0, w)
-    pad_free = not any((pt, pl, pb, pr)) and eb == 0 and er == 0
-    if pad_free or (include and eb == pb and er == pr):
-        inv = 1.0 / (kh * kw)
+    counted = _counted(geo, in_sp, include)
+    pad_free = not any(geo["pads"]) and not any(geo["ends"])
+    if pad_free or (include and geo["ends"] == geo["pads"][n:] and all(v == 1 for v in dil)):
+        inv = 1.0 / math.prod(k)
         return nd_compute(shape, lambda i: total[tuple(i)] * inv, name, "elementwise")
 
-    def extent(v: Expr, k: int, st: int, begin: int, lo: int, hi: int) -> Expr:
-        return T.min(v * st - begin + k, hi) - T.max(v * st - begin, lo)
-
     def avg(i: list[Expr]) -> Expr:
-        y, xx = (i[1], i[2]) if nhwc else (i[2], i[3])
-        cnt = extent(y, kh, sh, pt, lo_h, hi_h) * extent(xx, kw, sw, pl, lo_w, hi_w)
+        cnt: Expr | None = None
+        for j, d in enumerate(sp):
+            c = _window_count(i[d], k[j], st[j], dil[j], begin[j], *counted[j])
+            cnt = c if cnt is None else cnt * c
         return total[tuple(i)] / T.cast(x.dtype, cnt)
 
     return nd_compute(shape, avg, name, "elementwise")
+
+
+def _argmax_te(
+    attrs: dict,
+    x: te.Tensor,
+    xp: te.Tensor,
+    best: te.Tensor,
+    sp: list[int],
+    geo: dict,
+    taps: list,
+    tap: Any,
+    name: str,
+) -> te.Tensor:
+    """MaxPool's Indices: the flat NCHW position of the first tap (in scan order) holding the maximum."""
+    n = len(sp)
+    in_sp = [x.shape[d] for d in sp]
+    st, dil, begin = geo["strides"], geo["dilations"], geo["pads"][:n]
+    chan = x.ndim - 1 if sp[0] == 1 else 1
+    col_major = bool(attrs.get("storage_order", 0))
+    stride, step = [0] * n, 1
+    for j in range(n) if col_major else range(n - 1, -1, -1):
+        stride[j], step = step, step * in_sp[j]
+
+    def body(i: list[Expr]) -> Expr:
+        plane = T.cast("int64", i[0] * x.shape[chan] + i[chan]) * step
+        found: Expr = const(-1, "int64")
+        for r in reversed(taps):
+            pos = [i[d] * st[j] - begin[j] + r[j] * dil[j] for j, d in enumerate(sp)]
+            conds = [c for j, p in enumerate(pos) for c in (compare("le", 0, p), compare("lt", p, in_sp[j]))]
+            flat = plane
+            for j, p in enumerate(pos):
+                flat = flat + T.cast("int64", p) * stride[j]
+            found = T.select(all_of(*conds, equal(tap(i, r), best[tuple(i)])), flat, found)
+        return found
+
+    return nd_compute(best.shape, body, name, "elementwise")
 
 
 def _pool_def(op: str) -> type:
     class _P(_Pool):
         @staticmethod
         def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-            return pool2d(dict(attrs, _op=op), tensor_arg(args[0]), name)
+            return pool_te(dict(attrs, _op=op), tensor_arg(args[0]), name)
 
     return _P
 
@@ -634,8 +791,9 @@ def lifted(cls: type, op: str) -> type:
                 return cls.infer(node, types, consts)
             n2 = Node(node.op, node.inputs, node.outputs, lift_attrs(node.attrs), node.name)
             ts = [_up(t) if k < 2 else t for k, t in enumerate(types)]
-            (y,) = cls.infer(n2, ts, consts)
-            return [TensorType((y.shape[0], y.shape[1], y.shape[3]), y.dtype)]
+            return [
+                TensorType((y.shape[0], y.shape[1], y.shape[3]), y.dtype) for y in cls.infer(n2, ts, consts)
+            ]
 
         @staticmethod
         def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -645,7 +803,7 @@ def lifted(cls: type, op: str) -> type:
             ys = [
                 x[:, :, None, :] if k < 2 and x is not None and x.ndim == 3 else x for k, x in enumerate(xs)
             ]
-            return [contiguous(cls.numpy(n2, ys)[0][:, :, 0, :])]
+            return [contiguous(y[:, :, 0, :]) for y in cls.numpy(n2, ys)]
 
         @staticmethod
         def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
