@@ -89,6 +89,36 @@ def test_layer_norm_inv_std_dev_alone_and_a_wider_stash_type(cache: str) -> None
         from_onnx(m)
 
 
+
+@pytest.mark.parametrize("shape", [(3, 4, 5, 6), (6, 4)], ids=["4d-after-conv", "2d"])
+def test_batch_norm_training_mode_uses_batch_statistics(shape: tuple, cache: str) -> None:
+    rng = np.random.default_rng(len(shape))
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    scale, bias, mean = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2, c).astype(np.float32)
+    inits = [("s", scale), ("b", bias), ("m", mean), ("v", var)]
+    bn = helper.make_node("BatchNormalization", ["h", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1,
+                          momentum=0.8, epsilon=1e-3)
+    nodes = [bn]
+    if len(shape) == 4:  # a convolution before it must not take it in as an inference BN would be
+        w = rng.standard_normal((c, c, 1, 1)).astype(np.float32)
+        inits.append(("w", w))
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["h"]))
+        h = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
+    else:
+        nodes.insert(0, helper.make_node("Identity", ["x"], ["h"]))
+        h = x.astype(np.float64)
+    m = model(nodes, [("x", shape)], [("y", shape), ("rm", (c,)), ("rv", (c,))], inits)
+    _, (y, rm, rv) = run(m, {"x": x}, cache)
+    axes = (0, *range(2, len(shape)))
+    bshape = (1, c) + (1,) * (len(shape) - 2)
+    mu, va = h.mean(axis=axes), h.var(axis=axes)
+    want = (h - mu.reshape(bshape)) / np.sqrt(va.reshape(bshape) + 1e-3) * scale.reshape(bshape)
+    np.testing.assert_allclose(y, want + bias.reshape(bshape), rtol=RTOL, atol=1e-4)
+    np.testing.assert_allclose(rm, mean * 0.8 + mu * 0.2, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(rv, var * 0.8 + va * 0.2, rtol=RTOL, atol=ATOL)
+
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training-ratio-0"])
 def test_dropout_mask_is_a_constant_and_the_output_the_input(training: bool, cache: str) -> None:
     rng = np.random.default_rng(7)

@@ -243,6 +243,8 @@ def fold_batch_norm(graph: Graph) -> Graph:
         params = _bn_params(g, bn)
         if conv is None or conv.op != "Conv" or params is None or conv.attrs.get("layout", "NCHW") != "NCHW":
             continue
+        if bn.attrs.get("training_mode", 0):
+            continue
         if x in g.outputs or len(g.consumers().get(x, [])) != 1 or conv.inputs[1] not in g.consts:
             continue
         bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
@@ -272,6 +274,9 @@ def lower_batch_norm(graph: Graph) -> Graph:
         if n.op != "BatchNormalization":
             out.append(n)
             continue
+        if n.attrs.get("training_mode", 0):
+            _lower_training_batch_norm(g, n, out)
+            continue
         params = _bn_params(g, n)
         if params is None:
             raise GraphError(f"BatchNormalization node {n.name!r}: parameters must be constants")
@@ -285,6 +290,49 @@ def lower_batch_norm(graph: Graph) -> Graph:
         out.append(Node("Add", [mid, sc], [n.outputs[0]], {}, n.name + "_add"))
     g.nodes = out
     return eliminate_dead_code(g)
+
+
+def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
+    """A training-mode BatchNormalization: the batch's mean and (population) variance over every
+    axis but the channels normalize x; running mean / variance outputs are
+    ``input_mean * momentum + batch_mean * (1 - momentum)`` (and so for the variance)."""
+    x = n.inputs[0]
+    t = g.types[x]
+    c = t.shape[1]
+    axes = [d for d in range(len(t.shape)) if d != 1]
+    per_channel = TensorType(tuple(1 if d != 1 else c for d in range(len(t.shape))), t.dtype)
+    momentum = float(n.attrs.get("momentum", 0.9))
+
+    def emit(op: str, ins: list[str], tt: TensorType, base: str, attrs: dict | None = None) -> str:
+        v = _new_value(g, f"{n.name}_{base}", tt)
+        out.append(Node(op, ins, [v], attrs or {}, g.fresh_name(f"{n.name}_{base}")))
+        return v
+
+    def const(base: str, arr: np.ndarray) -> str:
+        return _add_const(g, f"{n.name}_{base}", arr.astype(np.float32))
+
+    def channels(i: int) -> np.ndarray:
+        return g.consts[n.inputs[i]].astype(np.float64).reshape(per_channel.shape)
+
+    stats = {"_axes": axes, "keepdims": 1}
+    mean = emit("ReduceMean", [x], per_channel, "mean", stats)
+    dev = emit("Sub", [x, mean], t, "dev")
+    var = emit("ReduceMean", [emit("Mul", [dev, dev], t, "sq")], per_channel, "var", stats)
+    std = emit("Sqrt", [emit("Add", [var, const("eps", np.float64(n.attrs.get("epsilon", 1e-5)))],
+                             per_channel, "var_eps")], per_channel, "std")
+    k = emit("Div", [const("scale", channels(1)), std], per_channel, "k")
+    scaled = emit("Mul", [dev, k], t, "scaled")
+    y = n.outputs[0]
+    out.append(Node("Add", [scaled, const("bias", channels(2))], [y], {}, n.name))
+    flat = _add_const(g, f"{n.name}_channels", np.asarray([c], np.int64))
+    for pos, stat, label in ((1, mean, "mean"), (2, var, "var")):
+        if len(n.outputs) > pos and n.outputs[pos]:
+            vec = emit("Reshape", [stat, flat], TensorType((c,), t.dtype), f"{label}_vec")
+            part = emit("Mul", [vec, const("keep", np.float64(1.0 - momentum))], TensorType((c,), t.dtype),
+                        f"{label}_part")
+            running = g.consts[n.inputs[2 + pos]].astype(np.float64) * momentum
+            out.append(Node("Add", [part, const("running", running)], [n.outputs[pos]], {},
+                            g.fresh_name(f"{n.name}_running{pos}")))
 
 
 # --- canonicalization -------------------------------------------------------------------------------
