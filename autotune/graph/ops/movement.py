@@ -525,6 +525,11 @@ register("GatherND", INJECTIVE)(_GatherND)
 
 
 # --- DepthToSpace / SpaceToDepth ----------------------------------------------------------------------
+def _check_d2s(node: Node) -> str | None:
+    mode = node.attrs.get("mode", "DCR")
+    return None if mode in ("DCR", "CRD") else f"mode={mode!r}"
+
+
 def _d2s_perm(node: Any) -> tuple[int, bool]:
     mode = node.attrs.get("mode", "DCR")
     return int(node.attrs["blocksize"]), mode == "CRD"
@@ -567,7 +572,7 @@ class _DepthToSpace:
         return nd_compute((n, co, h * bs, w * bs), fn, name, "injective")
 
 
-register("DepthToSpace", INJECTIVE)(_DepthToSpace)
+register("DepthToSpace", INJECTIVE, _check_d2s)(_DepthToSpace)
 
 
 class _SpaceToDepth:
@@ -583,30 +588,29 @@ class _SpaceToDepth:
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        bs = int(node.attrs["blocksize"])
+        bs, crd = _d2s_perm(node)
         n, c, h, w = x.shape
-        y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+        y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(
+            (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
+        )
         return [contiguous(y.reshape(n, c * bs * bs, h // bs, w // bs))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
         x = tensor_arg(args[0])
-        bs = int(attrs["blocksize"])
+        bs, crd = _d2s_perm(AttrNode("SpaceToDepth", attrs, name))
         n, c, h, w = x.shape
 
         def fn(i: list[Expr]) -> Expr:
             b, ch, y, xx = i
-            blk, src_c = ch // c, ch % c
+            # output channel: (block, channel) in DCR order, (channel, block) in CRD order
+            blk, src_c = (ch % (bs * bs), ch // (bs * bs)) if crd else (ch // c, ch % c)
             return x[b, src_c, y * bs + blk // bs, xx * bs + blk % bs]
 
         return nd_compute((n, c * bs * bs, h // bs, w // bs), fn, name, "injective")
 
 
-register(
-    "SpaceToDepth",
-    INJECTIVE,
-    lambda n: None if n.attrs.get("mode", "DCR") == "DCR" else f"mode={n.attrs['mode']!r}",
-)(_SpaceToDepth)
+register("SpaceToDepth", INJECTIVE, _check_d2s)(_SpaceToDepth)
 
 
 # --- Trilu --------------------------------------------------------------------------------------------
