@@ -134,3 +134,55 @@ def test_crop_and_resize_with_scales_is_refused() -> None:
     )
     with pytest.raises(GraphError, match="tf_crop_and_resize with scales"):
         from_onnx(model)
+
+
+# ConvTranspose: (input shape, weight shape, attributes, with bias)
+CONV_T = [
+    (
+        (1, 4, 3, 4, 5),
+        (4, 3, 2, 3, 2),
+        {
+            "group": 2,
+            "strides": [2, 1, 3],
+            "dilations": [1, 2, 1],
+            "pads": [1, 0, 1, 0, 1, 0],
+            "output_padding": [1, 0, 2],
+        },
+        True,
+    ),
+    ((2, 3, 3, 2, 4), (3, 2, 3, 3, 3), {"strides": [2, 2, 1], "auto_pad": "SAME_UPPER"}, False),
+    ((1, 2, 5, 6), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [10, 12]}, True),
+]
+
+
+def test_conv_transpose_1_to_3_spatial_dims_compile_and_match_onnxruntime(tmp_path) -> None:  # noqa: ANN001
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(9)
+    nodes, inputs, inits, outputs, feeds = [], [], [], [], {}
+    for k, (xs, ws, attrs, bias) in enumerate(CONV_T):
+        ins = [f"x{k}", f"w{k}"] + ([f"b{k}"] if bias else [])
+        feeds[f"x{k}"] = rng.standard_normal(xs).astype(F32)
+        inputs.append(helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, xs))
+        inits.append(numpy_helper.from_array(rng.standard_normal(ws).astype(F32), f"w{k}"))
+        if bias:
+            inits.append(
+                numpy_helper.from_array(
+                    rng.standard_normal(ws[1] * attrs.get("group", 1)).astype(F32), f"b{k}"
+                )
+            )
+        nodes.append(helper.make_node("ConvTranspose", ins, [f"y{k}"], **attrs))
+        outputs.append(
+            helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [f"y{k}_{d}" for d in range(len(xs))])
+        )
+    model = helper.make_model(
+        helper.make_graph(nodes, "convt", inputs, outputs, inits), opset_imports=[helper.make_opsetid("", 19)]
+    )
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = sess.run(None, feeds)
+    graph = from_onnx(model)
+    by_numpy = run_graph(graph, feeds)
+    got = compile_model(graph, db=None, verbose=False, cache_dir=str(tmp_path), workers=1).run(feeds)
+    for k, (want, ours_np, ours) in enumerate(zip(expected, by_numpy, got)):
+        assert ours.shape == want.shape, k
+        np.testing.assert_allclose(ours_np, want, rtol=1e-4, atol=1e-4, err_msg=str(CONV_T[k][2]))
+        np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4, err_msg=str(CONV_T[k][2]))

@@ -1,6 +1,6 @@
 """Resampling: Resize (nearest, linear and cubic; antialiased linear and cubic; every coordinate
-transformation, crop-and-resize included) and ConvTranspose (2-d and, through the 1-d lifting of
-:mod:`.nn`, 1-d).
+transformation, crop-and-resize included) and ConvTranspose (2-d and 3-d and, through the 1-d lifting
+of :mod:`.nn`, 1-d).
 
 A Resize is separable: along each resized axis an output position ``o`` maps to a source coordinate
 ``x(o)`` and reads a fixed number of taps around it, with weights from the mode's kernel (nearest: one
@@ -11,6 +11,7 @@ axes' taps) are the same formulas."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -35,7 +36,7 @@ from .base import (
     register,
     same,
 )
-from .nn import _two, lifted
+from .nn import lifted, per_axis
 from .te_build import nd_compute, tensor_arg
 
 _COORD = (
@@ -339,32 +340,34 @@ register("Resize", INJECTIVE, _check_resize)(_Resize)
 
 # --- ConvTranspose ------------------------------------------------------------------------------------
 def conv_transpose_geometry(attrs: dict, in_hw: Sequence[int], k_hw: Sequence[int]) -> dict[str, Any]:
-    """Strides, dilations, pads (top, left, bottom, right) and output size of a 2-d ConvTranspose."""
-    st, dil = _two(attrs, "strides", 1), _two(attrs, "dilations", 1)
-    opad = _two(attrs, "output_padding", 0)
-    full = [st[d] * (in_hw[d] - 1) + opad[d] + (k_hw[d] - 1) * dil[d] + 1 for d in range(2)]
+    """Strides, dilations, pads (every axis's begin, then every axis's end) and output size of a
+    ConvTranspose over ``len(in_hw)`` spatial axes."""
+    n = len(in_hw)
+    st, dil = per_axis(attrs, "strides", 1, n), per_axis(attrs, "dilations", 1, n)
+    opad = per_axis(attrs, "output_padding", 0, n)
+    full = [st[d] * (in_hw[d] - 1) + opad[d] + (k_hw[d] - 1) * dil[d] + 1 for d in range(n)]
     auto = attrs.get("auto_pad", "NOTSET")
-    pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
+    pads = [int(p) for p in attrs.get("pads", [0] * (2 * n))]
     if attrs.get("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         want = (
-            [int(v) for v in attrs["output_shape"]][-2:]
+            [int(v) for v in attrs["output_shape"]][-n:]
             if attrs.get("output_shape") is not None
-            else [in_hw[d] * st[d] for d in range(2)]
+            else [in_hw[d] * st[d] for d in range(n)]
         )
-        for d in range(2):
+        for d in range(n):
             total = full[d] - want[d]
             small, big = total // 2, total - total // 2
-            pads[d], pads[d + 2] = (small, big) if auto == "SAME_UPPER" else (big, small)
+            pads[d], pads[d + n] = (small, big) if auto == "SAME_UPPER" else (big, small)
     elif auto == "VALID":
-        pads = [0, 0, 0, 0]
-    out = tuple(full[d] - pads[d] - pads[d + 2] for d in range(2))
+        pads = [0] * (2 * n)
+    out = tuple(full[d] - pads[d] - pads[d + n] for d in range(n))
     return {"strides": st, "dilations": dil, "pads": tuple(pads), "out": out}
 
 
 def _check_conv_transpose(node: Node) -> str | None:
     ks = node.attrs.get("kernel_shape")
-    if ks is not None and len(ks) not in (1, 2):
-        return f"{len(ks)}-d kernel (only 1-d and 2-d)"
+    if ks is not None and len(ks) not in (1, 2, 3):
+        return f"{len(ks)}-d kernel (only 1-d, 2-d and 3-d)"
     return None
 
 
@@ -373,8 +376,8 @@ class _ConvTranspose:
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         float_only(node, types)
         x, w = same(types[0]), same(types[1])
-        if len(x.shape) != 4 or len(w.shape) != 4:
-            raise GraphError(f"ConvTranspose node {node.name!r}: only 1-d and 2-d, got {x.shape}")
+        if len(x.shape) not in (4, 5) or len(w.shape) != len(x.shape):
+            raise GraphError(f"ConvTranspose node {node.name!r}: only 1-d, 2-d and 3-d, got {x.shape}")
         g = int(node.attrs.get("group", 1))
         if x.shape[1] != w.shape[0] or x.shape[1] % g:
             raise GraphError(
@@ -385,67 +388,65 @@ class _ConvTranspose:
             raise GraphError(
                 f"ConvTranspose node {node.name!r}: bias shape {types[2].shape}, expected ({f},)"
             )
-        oh, ow = conv_transpose_geometry(node.attrs, x.shape[2:], w.shape[2:])["out"]
-        if oh <= 0 or ow <= 0:
-            raise GraphError(f"ConvTranspose node {node.name!r}: empty output ({oh}x{ow})")
-        return [TensorType((x.shape[0], f, oh, ow), x.dtype)]
+        out = conv_transpose_geometry(node.attrs, x.shape[2:], w.shape[2:])["out"]
+        if any(o <= 0 for o in out):
+            raise GraphError(f"ConvTranspose node {node.name!r}: empty output {out}")
+        return [TensorType((x.shape[0], f, *out), x.dtype)]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x, w = xs[0].astype(np.float64), xs[1].astype(np.float64)
         g = int(node.attrs.get("group", 1))
-        geo = conv_transpose_geometry(node.attrs, x.shape[2:], w.shape[2:])
-        (sh, sw), (dh, dw), (pt, pl, _, _) = geo["strides"], geo["dilations"], geo["pads"]
-        n, c, h, wd = x.shape
-        _, fg, kh, kw = w.shape
-        full = (
-            sh * (h - 1) + (kh - 1) * dh + 1 + geo["out"][0] + pt,
-            sw * (wd - 1) + (kw - 1) * dw + 1 + geo["out"][1] + pl,
-        )
+        sp, k = x.shape[2:], w.shape[2:]
+        nd = len(sp)
+        geo = conv_transpose_geometry(node.attrs, sp, k)
+        st, dil, begin, out = geo["strides"], geo["dilations"], geo["pads"][:nd], geo["out"]
+        n, c = x.shape[:2]
+        fg = w.shape[1]
+        # room for every tap's contribution and for the output window (output padding is zeros)
+        full = [st[d] * (sp[d] - 1) + (k[d] - 1) * dil[d] + 1 + out[d] + begin[d] for d in range(nd)]
         y = np.zeros((n, g, fg, *full))
-        xg = x.reshape(n, g, c // g, h, wd)
-        wg = w.reshape(g, c // g, fg, kh, kw)
-        for r in range(kh):
-            for s in range(kw):
-                contrib = np.einsum("ngchw,gcf->ngfhw", xg, wg[..., r, s])
-                y[..., r * dh : r * dh + sh * (h - 1) + 1 : sh, s * dw : s * dw + sw * (wd - 1) + 1 : sw] += (
-                    contrib
-                )
-        y = y.reshape(n, g * fg, *full)[:, :, pt : pt + geo["out"][0], pl : pl + geo["out"][1]]
+        xg = x.reshape(n, g, c // g, *sp)
+        wg = w.reshape(g, c // g, fg, *k)
+        for r in itertools.product(*(range(kd) for kd in k)):
+            contrib = np.einsum("ngc...,gcf->ngf...", xg, wg[(Ellipsis, *r)])
+            at = tuple(
+                slice(r[d] * dil[d], r[d] * dil[d] + st[d] * (sp[d] - 1) + 1, st[d]) for d in range(nd)
+            )
+            y[(Ellipsis, *at)] += contrib
+        y = y.reshape(n, g * fg, *full)[(Ellipsis, *(slice(b, b + o) for b, o in zip(begin, out)))]
         if len(xs) > 2 and xs[2] is not None:
-            y = y + xs[2][:, None, None]
+            y = y + xs[2].reshape((-1,) + (1,) * nd)
         return [contiguous(y.astype(xs[0].dtype))]
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        """``y[n, f, oy, ox] = sum_{c, r, s} x[n, c, iy, ix] * w[c, f, r, s]`` over the taps whose
-        ``iy = (oy + pt - r*dh) / sh`` (and ``ix``) are whole and inside the input."""
+        """``y[n, f, o...] = sum_{c, r...} x[n, c, i...] * w[c, f, r...]`` over the taps whose
+        ``i = (o + pad - r*dil) / st`` are whole and inside the input, on every spatial axis."""
         x, w = tensor_arg(args[0]), tensor_arg(args[1])
         g = int(attrs.get("group", 1))
-        n, c, h, wd = x.shape
-        _, fg, kh, kw = w.shape
-        geo = conv_transpose_geometry(attrs, (h, wd), (kh, kw))
-        (sh, sw), (dh, dw), (pt, pl, _, _) = geo["strides"], geo["dilations"], geo["pads"]
+        n, c = x.shape[:2]
+        sp, k = x.shape[2:], w.shape[2:]
+        nd = len(sp)
+        fg = w.shape[1]
+        geo = conv_transpose_geometry(attrs, sp, k)
+        st, dil, begin = geo["strides"], geo["dilations"], geo["pads"][:nd]
         cg = c // g
-        rc, ry, rx = T.reduce_axis(cg, "rc"), T.reduce_axis(kh, "ry"), T.reduce_axis(kw, "rx")
+        rc = T.reduce_axis(cg, "rc")
+        rk = [T.reduce_axis(kd, a) for kd, a in zip(k, ("rz", "ry", "rx")[3 - nd :])]
         bias = args[2] if len(args) > 2 else None
 
         def body(i: list[Expr]) -> Expr:
-            b, f, oy, ox = i
+            b, f, o = i[0], i[1], i[2:]
             ch = rc.var if g == 1 else (f // fg) * cg + rc.var
-            ty, tx = oy + pt - ry.var * dh, ox + pl - rx.var * dw
+            t = [o[d] + begin[d] - rk[d].var * dil[d] for d in range(nd)]
+            inside = [(compare("le", 0, t[d]), compare("lt", t[d], st[d] * sp[d])) for d in range(nd)]
             ok = all_of(
-                compare("le", 0, ty),
-                compare("lt", ty, sh * h),
-                compare("le", 0, tx),
-                compare("lt", tx, sw * wd),
-                compare("eq", ty % sh, 0),
-                compare("eq", tx % sw, 0),
+                *[c for pair in inside for c in pair], *[compare("eq", t[d] % st[d], 0) for d in range(nd)]
             )
-            iy = T.min(T.max(ty, 0), sh * (h - 1)) // sh
-            ix = T.min(T.max(tx, 0), sw * (wd - 1)) // sw
-            v = T.select(ok, x[b, ch, iy, ix] * w[ch, f % fg if g > 1 else f, ry.var, rx.var], 0.0)
-            return T.sum(v, axis=[rc, ry, rx])
+            src = [T.min(T.max(t[d], 0), st[d] * (sp[d] - 1)) // st[d] for d in range(nd)]
+            v = T.select(ok, x[(b, ch, *src)] * w[(ch, f % fg if g > 1 else f, *(r.var for r in rk))], 0.0)
+            return T.sum(v, axis=[rc, *rk])
 
         y = nd_compute((n, g * fg, *geo["out"]), body, name, "reduce")
         if bias is None:
