@@ -157,6 +157,16 @@ def test_runs_of_a_labelled_target_go_only_to_its_worker(client, tmp_path: Path)
                 assert sum(runs[name].values()) == len(ran) > 0, [r.error_msg for r in ran]
         assert set(runs["b"]) == b_pids
         assert runs["host"] and not set(runs["host"]) & b_pids
+        # one command for every target the cluster offers, each into its own records
+        db_path, wl = tmp_path / "all.db", make_workload("matmul", "16,8,8")
+        done = subprocess.run([sys.executable, "scripts/tune.py", "--target", "all", "--cluster", address,
+                               "--op", "matmul", "--shape", "16,8,8", "--trials", "4", "--strategy", "random",
+                               "--confirm", "0", "--no-progress", "--db", str(db_path)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with TuningDatabase(db_path) as db:
+            assert sorted(t["fingerprint"].get("label", "") for t in db.targets()) == ["", "b"]
+            assert {t.key: len(_measured(db, wl, t)) for t in (host, other)} == {host.key: 4, other.key: 4}
     finally:
         launcher.terminate()
         launcher.wait(30)

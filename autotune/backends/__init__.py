@@ -33,6 +33,9 @@ class TargetBackend:
     benched_against_torch = False
     # a kernel is timed with the whole machine to itself (a CPU): runners of one host take turns
     runs_own_host = False
+    # its builds are for the building host's own hardware (gcc -march=native): on a cluster they are
+    # made only on workers whose host is of the target's kind of machine
+    builds_for_own_host = False
 
     def resolve(self) -> Target:
         """The target of this kind on this machine; raises RuntimeError where there is none."""

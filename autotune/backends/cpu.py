@@ -15,6 +15,7 @@ class CpuBackend(TargetBackend):
     version_fields = ("compiler",)
     profiles_modules = True
     runs_own_host = True
+    builds_for_own_host = True
 
     def resolve(self) -> Any:
         from ..target import cpu_target

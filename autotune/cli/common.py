@@ -196,23 +196,32 @@ def measure_tools(target: Target) -> tuple:
 
 
 @contextmanager
-def measuring(target: Target, run_options: RunOptions | None, cluster: str | None,
-              workers: int | None) -> Iterator[tuple[Any, Any, Callable[[Any], Any] | None]]:
-    """Where candidates are measured: this machine's ``(builder, runner, None)``, open for the block;
-    or, with a scheduler address ``cluster`` or a LocalCluster of ``workers`` processes,
-    ``(None, None, make)`` where ``make(workload)`` is a measurer on that Dask cluster. A cluster
-    that cannot be reached or cannot measure the target is a UsageError (before anything is
-    written)."""
+def measuring(kind: str, run_options: RunOptions | None, cluster: str | None,
+              workers: int | None) -> Iterator[list[tuple[Target, Any, Any, Callable[[Any], Any] | None]]]:
+    """Where candidates are measured, as ``(target, builder, runner, make)`` per target to tune:
+    this machine's target of ``kind`` with its builder and runner, open for the block (``make``
+    None); or, with a scheduler address ``cluster`` or a LocalCluster of ``workers`` processes, each
+    target of ``kind`` the cluster measures (every one it offers for ``"all"``) with ``make(workload)``
+    giving a measurer on the cluster. A kind, or a cluster, that cannot measure is a UsageError
+    (before anything is written)."""
     if cluster is None and workers is None:
+        if kind == "all":
+            raise UsageError("--target all tunes the targets a cluster's workers offer: it needs --cluster")
+        target = resolve_target(kind)
         builder, runner = measure_tools(target)
         with builder, runner:
-            yield builder, runner, None
+            yield [(target, builder, runner, None)]
         return
     from ..distributed import ClusterError
     from ..distributed.measurer import cluster_measurers
 
+    if kind != "all":
+        try:
+            backend_for(kind)
+        except UnknownTargetKind as err:
+            raise UsageError(str(err).splitlines()[0]) from None
     try:
-        with cluster_measurers(target, run_options, cluster, workers) as make:
-            yield None, None, make
+        with cluster_measurers(kind, run_options, cluster, workers) as places:
+            yield [(target, None, None, make) for target, make in places]
     except ClusterError as err:
         raise UsageError(str(err)) from None

@@ -192,13 +192,6 @@ def run_model_tuning(args: argparse.Namespace) -> int:
     if args.strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {args.strategy!r}; valid: {', '.join(STRATEGIES)}")
     trials = DEFAULT_MODEL_TRIALS if args.trials is None else args.trials
-    model = load(args.model, args.input_shape, args.precision, args.target)
-    target = resolve_target(args.target)
-    prepared = prepare_layouts(model, args.layout, default_sizes(args.target, args.winograd))
-    for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
-        check_workload(task.workload, task.label)
-    db = open_db(args.db)
-    print(prepared[0].describe(), flush=True)
     options = TuneOptions(
         trials=trials,
         strategy=args.strategy,
@@ -210,14 +203,40 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         early_stop=getattr(args, "early_stop", None),
         confirm=getattr(args, "confirm", 3),
     )
-    try:
-        cluster, workers = getattr(args, "cluster", None), getattr(args, "workers", None)
-        with measuring(target, options.run, cluster, workers) as (builder, runner, make):
-            summary = tune_model(prepared, target, db, trials, options, builder, runner, make_measurer=make)
-        if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile would take
-            summary.estimated_s = estimated_latency(chosen_form(model, target, db, args).tasks, target, db)
-    finally:
-        db.close()
+    # a model that cannot be compiled is refused before a cluster is reached
+    known = {args.target: _load_and_prepare(args, args.target)} if args.target != "all" else {}
+    cluster, workers = getattr(args, "cluster", None), getattr(args, "workers", None)
+    with measuring(args.target, options.run, cluster, workers) as places:
+        for target, *_ in places:  # every target's forms before anything is written
+            known.setdefault(target.kind, _load_and_prepare(args, target.kind))
+        db = open_db(args.db)
+        try:
+            for target, builder, runner, make in places:
+                model, prepared = known[target.kind]
+                print(prepared[0].describe() + (f" on {target.describe()}" if len(places) > 1 else ""),
+                      flush=True)
+                summary = tune_model(prepared, target, db, trials, options, builder, runner,
+                                     make_measurer=make)
+                if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile takes
+                    chosen = chosen_form(model, target, db, args)
+                    summary.estimated_s = estimated_latency(chosen.tasks, target, db)
+                _report_model_tuning(args, target, summary)
+        finally:
+            db.close()
+    return 0
+
+
+def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel, list]:
+    """The model loaded and its forms prepared for a target of ``kind``, every task checked against
+    the size limits (a UsageError before anything is written)."""
+    model = load(args.model, args.input_shape, args.precision, kind)
+    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd))
+    for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
+        check_workload(task.workload, task.label)
+    return model, prepared
+
+
+def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) -> None:
     est = summary.estimated_s
     print(
         f"{summary.model}: {summary.trials} trials in DB for {len(summary.tasks)} tasks "
@@ -232,7 +251,6 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         out = summary.to_json()
         out.update(target=target.key, target_kind=target.kind, db=args.db)
         emit_json(out)
-    return 0
 
 
 def next_steps(args: argparse.Namespace) -> list[str]:

@@ -17,7 +17,6 @@ from .common import (
     int_in,
     measuring,
     open_db,
-    resolve_target,
     run_cli,
 )
 from .limits import check_workload
@@ -49,7 +48,9 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
         + "; ".join(f"{o} {s}" for o, s in DEFAULT_WORKLOADS),
     )
     p.add_argument("--default-ops", action="store_true", help="tune the embedded op set (see above)")
-    p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu)")
+    p.add_argument("--target", default="cpu", help=f"where kernels run: {', '.join(TARGETS)} (default cpu); "
+                   "with --cluster also all: every target the cluster's workers measure, each into its own "
+                   "records")
     p.add_argument("--op", help=f"tune one workload of this op; ops and their --shape values: {ops}")
     p.add_argument("--shape", help="comma-separated integers of the op (see --op), e.g. 1024,1024,1024")
     p.add_argument(
@@ -141,7 +142,6 @@ def _run(args: argparse.Namespace) -> int:
     workloads = _workloads(args)
     for wl in workloads:
         check_workload(wl, workload_label(wl))
-    target = resolve_target(args.target)
     options = TuneOptions(
         trials=trials,
         strategy=args.strategy,
@@ -153,26 +153,33 @@ def _run(args: argparse.Namespace) -> int:
         early_stop=args.early_stop,
         confirm=args.confirm,
     )
-    summaries = []
-    # (a cluster that cannot measure: nothing written)
-    with measuring(target, options.run, args.cluster, args.workers) as (builder, runner, make):
+    per_target: list[tuple] = []
+    # (a kind or a cluster that cannot measure: nothing written)
+    with measuring(args.target, options.run, args.cluster, args.workers) as places:
         db = open_db(args.db)
-        for wl in workloads:
-            s = tune_workload(wl, target, db, options, builder, runner, make(wl) if make else None)
-            summaries.append(s)
-            print(
-                f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, "
-                f"{s.errors} errors), "
-                f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s",
-                flush=True,
-            )
-            print(f"{s.workload}: runner busy {s.runner_busy:.0%} of the wall time", flush=True)
+        for target, builder, runner, make in places:
+            if len(places) > 1:
+                print(f"target {target.key}: {target.describe()}", flush=True)
+            summaries = []
+            for wl in workloads:
+                s = tune_workload(wl, target, db, options, builder, runner, make(wl) if make else None)
+                summaries.append(s)
+                print(
+                    f"{s.workload}: {s.trials} trials in DB ({s.new_trials} new, {s.valid} valid, "
+                    f"{s.errors} errors), "
+                    f"best {s.best_gflops:.1f} GFLOP/s, {s.elapsed_s:.1f} s",
+                    flush=True,
+                )
+                print(f"{s.workload}: runner busy {s.runner_busy:.0%} of the wall time", flush=True)
+            per_target.append((target, summaries))
     db.close()
-    print(f"wrote {sum(s.new_trials for s in summaries)} new measurements to {args.db}; "
+    new = sum(s.new_trials for _, summaries in per_target for s in summaries)
+    print(f"wrote {new} new measurements to {args.db}; "
           f"next: autotune bench --db {args.db}  (best-known kernels against numpy), "
           f"autotune report --db {args.db} -o report.html", flush=True)
     if args.json:
-        emit_json(_json_summary(summaries, target, args.db))
+        outs = [_json_summary(summaries, target, args.db) for target, summaries in per_target]
+        emit_json(outs[0] if len(outs) == 1 else {"targets": outs, "db": args.db})
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 ALLOWED_FAILURES = 1  # a task that was running on 2 workers that died is failed (KilledWorker)
 CONNECT_TIMEOUT_S = 10.0
@@ -69,6 +70,74 @@ def measuring_workers(client: Any, resource: str) -> list[str]:
     """Addresses of the workers that declare ``resource`` now."""
     info = client.scheduler_info(n_workers=-1)["workers"]
     return sorted(addr for addr, w in info.items() if w.get("resources", {}).get(resource, 0) > 0)
+
+
+def _kind_and_label(resource: str) -> tuple[str, str]:
+    """``measure-<kind>[-<label>]`` -> (kind, label)."""
+    from ..backends import kinds
+
+    rest = resource.removeprefix("measure-")
+    for kind in sorted(kinds(), key=len, reverse=True):
+        if rest == kind or rest.startswith(kind + "-"):
+            return kind, rest[len(kind) + 1:]
+    raise ClusterError(f"a worker declares {resource}, a target kind this autotune does not know")
+
+
+def _target_here(resource: str) -> Any:
+    """This worker's target for the resource it declares (runs on the worker)."""
+    from ..backends import backend_for
+    from ..target import make_target
+
+    kind, label = _kind_and_label(resource)
+    target = backend_for(kind).resolve()
+    return make_target(kind, {**target.fingerprint, "label": label}) if label else target
+
+
+def offered_targets(client: Any, kind: str) -> list[Any]:
+    """The targets the cluster's workers measure: one per ``measure-*`` resource they declare (of
+    ``kind``, or of every kind for ``"all"``), each as a worker that declares it resolves it, so the
+    records are keyed by the machines that measure them, not by the client's. ClusterError (one line)
+    where none is offered."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    offered = sorted({r for w in info.values() for r, n in w.get("resources", {}).items()
+                      if r.startswith("measure-") and n > 0})
+    wanted = [r for r in offered if kind == "all" or _kind_and_label(r)[0] == kind]
+    if not wanted:
+        what, res = ("any target", "measure-<kind>") if kind == "all" else (f"{kind} targets",
+                                                                             f"measure-{kind}")
+        raise ClusterError(f"no worker of the cluster can measure {what}: none declares a {res} resource "
+                           "(see README, 'Tuning on a cluster')")
+    targets = []
+    for resource in wanted:
+        addr = measuring_workers(client, resource)[0]
+        try:
+            targets.append(client.run(_target_here, resource, workers=[addr])[addr])
+        except Exception as err:  # noqa: BLE001 - the worker's set-up, in one line
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise ClusterError(f"the worker {addr} could not describe its {resource} target "
+                               f"({type(err).__name__}: {first})") from None
+    return targets
+
+
+def build_hosts(client: Any, target: Any) -> list[str] | None:
+    """Where builds for ``target`` may be made: anywhere (None) where its backend's builds are
+    portable; else the hosts (a worker's restarts keep its host, not its address) whose machine is
+    the target's (the same fingerprint, label aside)."""
+    if not target.backend.builds_for_own_host:
+        return None
+    want = {k: v for k, v in target.fingerprint.items() if k != "label"}
+    here = client.run(_host_fingerprint, target.kind)
+    workers = sorted({urlsplit(addr).hostname or addr for addr, fp in here.items() if fp == want})
+    if not workers:
+        raise ClusterError(f"no worker of the cluster runs on a {target.describe()} host, where its "
+                           f"builds (for the building host's own CPU) must be made")
+    return workers
+
+
+def _host_fingerprint(kind: str) -> dict:
+    from ..backends import backend_for
+
+    return backend_for(kind).resolve().fingerprint
 
 
 def require_measuring_workers(client: Any, target: Any, resource: str) -> list[str]:

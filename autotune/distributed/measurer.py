@@ -16,7 +16,14 @@ from ..schedule import Step
 from ..search.measure_batch import Trial, prepare_task
 from ..target import Target
 from ..te import Workload
-from .cluster import ClusterError, measure_resource, measuring_workers, require_measuring_workers
+from .cluster import (
+    ClusterError,
+    build_hosts,
+    measure_resource,
+    measuring_workers,
+    offered_targets,
+    require_measuring_workers,
+)
 from .tasks import Ran, Session, build_candidate, run_candidate
 
 NO_WORKER_GRACE_S = 20.0  # runs waiting this long with no worker that can measure them: give up
@@ -51,11 +58,14 @@ class DaskMeasurer:
 
     def __init__(self, client: Any, workload: Workload, target: Target, run_options: RunOptions | None = None,
                  seed: int | None = None, resource: str | None = None, depth: int | None = None,
-                 no_worker_grace_s: float = NO_WORKER_GRACE_S) -> None:
+                 no_worker_grace_s: float = NO_WORKER_GRACE_S, build_on: list[str] | None | str = "find",
+                 ) -> None:
         self.client, self.workload, self.target = client, workload, target
         self.resource = resource or measure_resource(target)
         self.no_worker_grace_s = no_worker_grace_s
         self.runners = len(require_measuring_workers(client, target, self.resource))
+        # hosts whose workers may build (None: any; "find": asked of the cluster)
+        self.build_on = build_hosts(client, target) if build_on == "find" else build_on
         # one more batch in flight per further runner, so that every runner's queue stays non-empty
         self.depth = depth or DEFAULT_DEPTH + self.runners - 1
         task = prepare_task(workload, target, run_options, seed, label=f"dask-{id(self)}")
@@ -129,7 +139,8 @@ class DaskMeasurer:
     # -- internals ------------------------------------------------------------
 
     def _start_build(self, c: _Candidate) -> None:
-        c.build = self.client.submit(build_candidate, self._session, c.steps, pure=False, priority=-c.order)
+        c.build = self.client.submit(build_candidate, self._session, c.steps, pure=False, priority=-c.order,
+                                     workers=self.build_on)
         self._building[c.build] = c
 
     def _start_runs(self) -> None:
@@ -215,29 +226,43 @@ def _hold(session: Session) -> Session:
 
 
 @contextmanager
-def cluster_measurers(target: Target, run_options: RunOptions | None, address: str | None,
-                      workers: int | None) -> Iterator[Callable[[Workload], DaskMeasurer]]:
-    """Connect to the cluster at ``address`` (or start a LocalCluster of ``workers`` processes that
-    measure ``target``) and give a maker of one DaskMeasurer per workload; every measurer and the
-    client (and a cluster started here) are closed on the way out. ClusterError (one line) where the
-    cluster cannot be reached, dask is not installed, or no worker can measure the target."""
+def cluster_measurers(kind: str, run_options: RunOptions | None, address: str | None, workers: int | None,
+                      ) -> Iterator[list[tuple[Target, Callable[[Workload], DaskMeasurer]]]]:
+    """Connect to the cluster at ``address``, or start a LocalCluster of ``workers`` processes that
+    measure this host's target of ``kind``, and give per target to tune (the cluster's targets of
+    ``kind``, every one it offers for ``"all"``, as its workers resolve them) a maker of one
+    DaskMeasurer per workload. Every measurer and the client (and a cluster started here) are closed
+    on the way out. ClusterError (one line) where the cluster cannot be reached, dask is not
+    installed, or no worker can measure such a target."""
+    from ..backends import backend_for
     from .cluster import close, connect
 
-    resource = measure_resource(target)
-    client = connect(address, workers, resource=resource, runner_envs=target.backend.runner_envs())
+    if address is None:
+        if kind == "all":
+            raise ClusterError("--target all tunes the targets a cluster's workers offer: it needs --cluster")
+        here = backend_for(kind).resolve()
+        client = connect(None, workers, resource=measure_resource(here),
+                         runner_envs=here.backend.runner_envs())
+    else:
+        client = connect(address)
+    made: list[DaskMeasurer] = []
     try:
-        require_measuring_workers(client, target, resource)
-    except ClusterError:
+        targets = [here] if address is None else offered_targets(client, kind)
+        for t in targets:
+            require_measuring_workers(client, t, measure_resource(t))
+        hosts = {t.key: build_hosts(client, t) for t in targets}
+    except BaseException:
         close(client)
         raise
-    made: list[DaskMeasurer] = []
 
-    def make(workload: Workload) -> DaskMeasurer:
-        made.append(DaskMeasurer(client, workload, target, run_options))
-        return made[-1]
+    def maker(target: Target) -> Callable[[Workload], DaskMeasurer]:
+        def make(workload: Workload) -> DaskMeasurer:
+            made.append(DaskMeasurer(client, workload, target, run_options, build_on=hosts[target.key]))
+            return made[-1]
+        return make
 
     try:
-        yield make
+        yield [(t, maker(t)) for t in targets]
     finally:
         for m in made:
             m.close()
