@@ -11,6 +11,7 @@
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``one_output_per_node`` a kernel node with several outputs -> one node per output
+- ``scatter_to_table``   ScatterND / ScatterElements -> a gather through a constant table
 - ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
 - ``matmul_vectors_to_matrices`` MatMul of a 1-d operand -> a matrix product, reshaped
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
@@ -677,6 +678,29 @@ def one_output_per_node(graph: Graph) -> Graph:
     return infer_types(g)
 
 
+def scatter_to_table(graph: Graph) -> Graph:
+    """ScatterND / ScatterElements (constant indices) -> ScatterByTable(data, flat updates, table):
+    each output element reads, through a table computed here, the updates that land on it."""
+    from .ops.scatter import scatter_table
+
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op not in ("ScatterND", "ScatterElements"):
+            out.append(n)
+            continue
+        data, ind, upd = n.inputs[:3]
+        table = _add_const(g, n.name + "_table", scatter_table(n, g.types[data].shape, g.consts[ind]))
+        t = g.types[upd]
+        flat = _new_value(g, upd + "_flat", TensorType((t.size,), t.dtype))
+        spec = _add_const(g, n.name + "_flat_shape", np.asarray([t.size], np.int64))
+        out.append(Node("Reshape", [upd, spec], [flat], {}, g.fresh_name(n.name + "_flat")))
+        attrs = {"reduction": n.attrs.get("reduction", "none")}
+        out.append(Node("ScatterByTable", [data, flat, table], n.outputs[:1], attrs, n.name))
+    g.nodes = out
+    return eliminate_dead_code(infer_types(g))
+
+
 def lower_einsum(graph: Graph) -> Graph:
     """Einsum -> (ReduceSum of indices only one operand has) -> Transpose / Reshape -> MatMul over the
     contracted indices (batch indices kept as broadcast dims) -> Reshape / Transpose to the output."""
@@ -794,6 +818,7 @@ def optimize(
     g = remove_identities(g)
     g = split_to_slices(g)
     g = one_output_per_node(g)
+    g = scatter_to_table(g)
     g = lower_einsum(g)
     g = matmul_vectors_to_matrices(g)
     g = canonicalize_gemm(g)
