@@ -3,6 +3,7 @@ normalizations (layer, instance, group). Each is its own kernel; elementwise con
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Callable, Sequence
 
@@ -89,9 +90,26 @@ _REDUCE_NP: dict[str, Callable[[np.ndarray, tuple], np.ndarray]] = {
 _REDUCE_TYPES = {"ReduceSum": NUMERIC, "ReduceMax": NUMERIC, "ReduceMin": NUMERIC}
 
 
-def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.Tensor, Callable]:
-    """The reduction stage(s) of ``op`` and a function from a full index to its value there."""
+MAX_PRODUCT_TERMS = 64  # a run-time ReduceProd is an unrolled product of at most this many elements
+
+
+def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.Tensor | None, Callable]:
+    """The reduction stage(s) of ``op`` (None: computed inline) and a function from a full index to
+    its value there."""
     n = math.prod(x.shape[d] for d in axes)
+    if op == "ReduceProd":  # no product reducer: the elements multiplied in order, unrolled
+        taps = list(itertools.product(*(range(x.shape[d]) for d in axes)))
+
+        def product(i: Sequence[Expr]) -> Expr:
+            out = None
+            for tap in taps:
+                idx = list(i)
+                for d, v in zip(axes, tap):
+                    idx[d] = v
+                out = x[tuple(idx)] if out is None else out * x[tuple(idx)]
+            return out
+
+        return None, product
     if op in ("ReduceMax", "ReduceMin"):
         r, at = reduced(
             x,
@@ -130,11 +148,15 @@ def _reduce_def(op: str) -> type:
         def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
             x = same(types[0])
             _kernel_types(node, types[:1], consts[:1], _REDUCE_TYPES.get(op, FLOAT))
-            if op == "ReduceProd" and consts[0] is None:
-                raise GraphError(f"ReduceProd node {node.name!r}: a product is only folded on constants")
             axes = reduce_axes(node, len(x.shape), consts)
             if axes is None:
                 return [x]
+            terms = math.prod(x.shape[d] for d in axes)
+            if op == "ReduceProd" and consts[0] is None and terms > MAX_PRODUCT_TERMS:
+                raise GraphError(
+                    f"ReduceProd node {node.name!r}: a run-time product of {terms} elements "
+                    f"(at most {MAX_PRODUCT_TERMS} compiled)"
+                )
             shape = _reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1)))
             if not shape and consts[0] is None:
                 raise GraphError(
