@@ -42,6 +42,19 @@ def test_unmapped_operator_is_named() -> None:
         model.run({n: np.ones(graph.types[n].shape, np.float32) for n in graph.inputs})
 
 
+def test_training_forms_and_further_outputs_are_refused_not_computed_as_inference() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = np.ones(3, np.float32)
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1)
+    g = helper.make_graph([bn], "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+                          initializer=[numpy_helper.from_array(c, k) for k in "sbmv"])
+    graph = from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)]))
+    with pytest.raises(GraphError, match="BatchNormalization node .*training form"):
+        TorchModel(graph, "cpu")
+
+
 @pytest.mark.parametrize("slow_mode", [False, True])
 def test_baseline_takes_the_faster_cudnn_setting(slow_mode: bool) -> None:
     """Neither cudnn.benchmark setting is always faster; the baseline keeps whichever was."""

@@ -168,6 +168,9 @@ class TorchModel:
     def _check(self, n: Any) -> None:
         if n.op not in self.handlers and op_def(n.op).kind != ALIAS:
             raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}")
+        if any(n.outputs[1:]) or n.attrs.get("training_mode", 0):
+            raise GraphError(f"PyTorch baseline: no mapping for {n.op} node {n.name!r}'s training form or "
+                             "outputs beyond its first")
 
     def _node(self, n: Any, xs: list[Any]) -> Any:
         if op_def(n.op).kind == ALIAS:  # shape-only: the shape the frontend inferred
