@@ -181,15 +181,19 @@ def test_empty_results_of_run_time_values_are_constants(cache: str) -> None:
     np.testing.assert_array_equal(r, np.maximum(x[:, 2:], 0))
 
 
-def test_an_empty_operand_of_a_kernel_is_rejected_by_name() -> None:
-    inits = SLICE_PAST_THE_END
+def test_an_empty_operand_of_a_kernel_is_rejected_by_name_and_dropped_from_a_concat(cache: str) -> None:
+    x = np.random.default_rng(14).standard_normal((4, 6)).astype(np.float32)
     nodes = [
         helper.make_node("Slice", ["x", "st", "en", "ax"], ["s"]),
-        helper.make_node("Concat", ["x", "s"], ["y"], axis=1),
+        helper.make_node("Einsum", ["x", "s"], ["p"], equation="ij,ik->j"),  # sums over nothing
     ]
-    m = model(nodes, [("x", (4, 6))], [("y", 2)], inits)
-    with pytest.raises(UnsupportedModelError, match=r"Concat node .*operand 's' is empty \(a 0-sized dim\)"):
+    m = model(nodes, [("x", (4, 6))], [("p", 1)], SLICE_PAST_THE_END)
+    with pytest.raises(UnsupportedModelError, match=r"Einsum node .*operand 's' is empty \(a 0-sized dim\)"):
         from_onnx(m)
+    nodes = [nodes[0], helper.make_node("Concat", ["past", "x", "s"], ["y"], axis=1)]
+    m = model(nodes, [("x", (4, 6)), ("past", (4, 0))], [("y", 2)], SLICE_PAST_THE_END)
+    _, (y,) = run(m, {"x": x, "past": np.zeros((4, 0), np.float32)}, cache)
+    np.testing.assert_array_equal(y, x)
 
 
 @pytest.mark.parametrize("k", [0, 2, -1])

@@ -85,8 +85,10 @@ def _type_node(
 ) -> None:
     """Type (or fold) one node: its outputs' types go into ``types``, the node into ``nodes`` unless
     folded into constants of ``g``. An output known without running the model becomes a constant:
-    one with a 0-sized dim (it holds nothing; added to ``empty``) or one the operator computes from
-    its operands' shapes alone (``OpDef.shape_only_outputs``: Shape, EyeLike, Dropout's mask)."""
+    one with a 0-sized dim (it holds nothing) or one the operator computes from its operands' shapes
+    alone (``OpDef.shape_only_outputs``: Shape, EyeLike, Dropout's mask). ``empty`` holds the values
+    emptied by the data flow (0-sized model inputs, empty results and what folds from them); a kernel
+    may not read one."""
     d = op_def(n.op)
     in_types = [types.get(i) if i else None for i in n.inputs]
     for i, t in zip(n.inputs, in_types):
@@ -110,7 +112,7 @@ def _type_node(
                 arr = contiguous(v)
                 g.consts[o] = arr
                 types[o] = TensorType(tuple(arr.shape), str(arr.dtype))
-                if arr.size == 0:
+                if arr.size == 0 and any(i in empty for i in n.inputs):  # emptiness flows on
                     empty.add(o)
         return
     outs = d.infer(n, in_types, in_consts)
@@ -123,6 +125,8 @@ def _type_node(
         n.outputs = [o if o not in g.consts else "" for o in n.outputs]
         if not any(n.outputs):
             return
+    if n.op == "Concat":  # an empty piece adds nothing (a decoder's past of length 0)
+        n.inputs = [i for i in n.inputs if i not in empty]
     params = set(d.const_operands)
     for k, i in enumerate(n.inputs):
         if i in empty and k not in params and d.kind != ALIAS:
