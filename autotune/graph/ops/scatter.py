@@ -25,12 +25,24 @@ MAX_UPDATES_PER_ELEMENT = 16  # with a reduction, updates combined into one elem
 _REDUCE_NP: dict[str, Callable[[Any, Any], Any] | None] = {
     "none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
 }
+def _nan_first(fn: Callable[[Expr, Expr], Expr]) -> Callable[[Expr, Expr], Expr]:
+    """``fn`` (C's fmax / fmin, which drop a NaN) returning NaN when either operand is NaN, as numpy's
+    maximum / minimum and the operators' reference do."""
+
+    def combine(a: Expr, u: Expr) -> Expr:
+        if a.dtype != "float32":
+            return fn(a, u)
+        return T.select(compare("or", compare("ne", a, a), compare("ne", u, u)), a + u, fn(a, u))
+
+    return combine
+
+
 _REDUCE_TE: dict[str, Callable[[Expr, Expr], Expr]] = {
     "none": lambda acc, u: u,
     "add": lambda acc, u: acc + u,
     "mul": lambda acc, u: acc * u,
-    "max": T.max,
-    "min": T.min,
+    "max": _nan_first(T.max),
+    "min": _nan_first(T.min),
 }
 
 
