@@ -426,6 +426,48 @@ class _LayerNorm:
 register("LayerNormalization", REDUCE, _check_ln)(_LayerNorm)
 
 
+def _check_rms(node: Node) -> str | None:
+    stash = int(node.attrs.get("stash_type", 1))
+    return None if stash == 1 else f"stash_type={stash} (computed in float32)"
+
+
+class _RMSNorm:
+    """``x / sqrt(mean(x^2) + epsilon) * scale`` over the axes from ``axis`` on (RMSNormalization)."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        x, scale = same(types[0]), same(types[1])
+        norm_axis(node.attrs.get("axis", -1), len(x.shape), "RMSNormalization")
+        if broadcast_shapes(x.shape, scale.shape) != x.shape:
+            raise GraphError(f"RMSNormalization node {node.name!r}: scale {scale.shape} vs input {x.shape}")
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        axis = norm_axis(node.attrs.get("axis", -1), x.ndim, "RMSNormalization")
+        ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+        return [(x / np.sqrt(ms + node.attrs.get("epsilon", 1e-5)) * xs[1]).astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x, scale = tensor_arg(args[0]), args[1]
+        axis = norm_axis(attrs.get("axis", -1), x.ndim, "RMSNormalization")
+        axes = list(range(axis, x.ndim))
+        inv_n = 1.0 / math.prod(x.shape[d] for d in axes)
+        ms, at = reduced(x, axes, T.sum, lambda i: x[tuple(i)] * x[tuple(i)] * inv_n, name + "_ms")
+        eps = float(attrs.get("epsilon", 1e-5))
+
+        def out(i: list[Expr]) -> Expr:
+            return x[tuple(i)] * T.rsqrt(ms[at(i)] + eps) * read(scale, i, x.shape)
+
+        return nd_compute(x.shape, out, name, "elementwise")
+
+
+register("RMSNormalization", REDUCE, _check_rms)(_RMSNorm)
+
+
 class _InstanceNorm:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
