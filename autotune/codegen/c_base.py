@@ -24,6 +24,8 @@ from ..ir.nodes import (
 from ..te.expr import (
     FLOAT_DTYPES,
     LOW_PRECISION_DTYPES,
+    NARROW_INT_DTYPES,
+    SUB_BYTE_DTYPES,
     Binary,
     Call,
     Cast,
@@ -34,16 +36,28 @@ from ..te.expr import (
     Not,
     Select,
     Var,
+    int_range,
 )
 from .lowp import C_PRELUDE, CUDA_PRELUDE, from_float, to_float, uses_low_precision
 
-DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {
+    "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1, "float16": 2, "bfloat16": 2,
+    "int8": 1, "int16": 2, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+    "int4": 1, "uint4": 1, "int2": 1, "uint2": 1,
+}
 # bool is one byte, as in numpy, so boolean tensors cross the module boundary unconverted
 C_TYPES = {
     "float32": "float", "float64": "double", "int32": "int", "int64": "long long", "bool": "unsigned char",
     # 16-bit floats: typedefs of each backend's prelude (codegen/lowp.py)
     "float16": "at_half", "bfloat16": "at_bf16",
+    "int8": "signed char", "int16": "short", "uint8": "unsigned char", "uint16": "unsigned short",
+    "uint32": "unsigned int", "uint64": "unsigned long long",
+    # sub-byte integers: one byte holding the value's low bits (ml_dtypes' layout), see int_cast
+    "int4": "unsigned char", "uint4": "unsigned char", "int2": "unsigned char", "uint2": "unsigned char",
 }
+_SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
+# the range of an 8/16-bit type's values C computes in int, unsigned ones in unsigned int (no overflow)
+_PROMOTED = {"int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 _INT_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
 _FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
@@ -57,7 +71,55 @@ def math_call(name: str, args: list[str], dtype: str) -> str:
         return f"({one} / sqrt{suffix}({args[0]}))"
     if name == "sigmoid":
         return f"({one} / ({one} + exp{suffix}(-({args[0]}))))"
+    if name == "ipow":  # int64 ** int64, modulo 2**64 (a GNU statement expression; see te int_power)
+        return (
+            f"({{ unsigned long long at_b = (unsigned long long)({args[0]}), at_r = 1; "
+            f"long long at_e = {args[1]}; "
+            "if (at_e < 0) at_r = at_b == 1 ? 1 : at_b == ~0ULL ? ((at_e & 1) ? ~0ULL : 1) : 0; "
+            "else for (; at_e; at_e >>= 1) { if (at_e & 1) at_r *= at_b; at_b *= at_b; } "
+            "(long long)at_r; })"
+        )
     return f"{name}{suffix}({', '.join(args)})"
+
+
+def int_literal(value: int, dtype: str) -> str:
+    """A C integer literal of ``dtype`` (unsigned and 64-bit values suffixed, so C types them so; a
+    sub-byte value as the byte that holds it)."""
+    if dtype in SUB_BYTE_DTYPES:
+        return str(value & ((1 << _SUB_BYTE_BITS[dtype]) - 1))
+    if dtype.startswith("uint"):
+        return f"{value}U" if dtype != "uint64" else f"{value}ULL"
+    if -(2**31) <= value < 2**31:
+        return str(value)
+    return f"({value + 1}LL - 1)" if value == -(2**63) else f"{value}LL"
+
+
+def int_cast(src: str, dst: str, text: str) -> str:
+    """A conversion involving a sub-byte or narrow integer type (``src`` not a 16-bit float), as
+    numpy / ml_dtypes convert: integers wrap (keep the low bits); a float truncates toward zero,
+    into an 8/16/32-bit integer through ``long long`` (wraps where that fits), into a sub-byte type
+    only when the truncated value is in range (else 0, ml_dtypes' rule); a sub-byte value reads as
+    its sign- or zero-extended value."""
+    if src in SUB_BYTE_DTYPES:
+        bits = _SUB_BYTE_BITS[src]
+        mask, sign = (1 << bits) - 1, 1 << (bits - 1)
+        text = f"((int)(({text}) & {mask}))"
+        if not src.startswith("u"):
+            text = f"(((int)(({text}) ^ {sign})) - {sign})"  # sign extension
+        src = "int32"
+        if dst == src:
+            return text
+    if dst in SUB_BYTE_DTYPES:
+        bits = _SUB_BYTE_BITS[dst]
+        mask = (1 << bits) - 1
+        lo, hi = int_range(dst)
+        if src in FLOAT_DTYPES:
+            inside = f"({text}) > {lo - 1}.0f && ({text}) < {hi + 1}.0f"
+            return f"(({inside}) ? (unsigned char)((int)({text}) & {mask}) : 0)"
+        return f"((unsigned char)(({text}) & {mask}))"
+    if src in FLOAT_DTYPES and dst in NARROW_INT_DTYPES and dst != "uint64":
+        return f"(({C_TYPES[dst]})(long long)({text}))"
+    return f"(({C_TYPES[dst]})({text}))"
 
 
 class CStyleRenderer:
@@ -156,7 +218,12 @@ class CStyleRenderer:
         raise TypeError(f"cannot render {type(s).__name__}")
 
     def cast(self, src: str, dst: str, text: str) -> str:
-        """A conversion; 16-bit floats convert through float32 with the backend's helpers."""
+        """A conversion; 16-bit floats convert through float32 with the backend's helpers; integers
+        as numpy converts them (see :func:`int_cast`)."""
+        if src in SUB_BYTE_DTYPES or dst in SUB_BYTE_DTYPES or dst in NARROW_INT_DTYPES:
+            if src in LOW_PRECISION_DTYPES:
+                text, src = to_float(self.lowp_backend, src, text), "float32"
+            return int_cast(src, dst, text)
         if src in LOW_PRECISION_DTYPES:
             text, src = to_float(self.lowp_backend, src, text), "float32"
             if dst == src:
@@ -197,7 +264,7 @@ class CStyleRenderer:
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, IntImm):
-            return str(e.value)
+            return int_literal(e.value, e.dtype)
         if isinstance(e, FloatImm):
             return self.float_literal(e.value, e.dtype)
         if isinstance(e, Var):
@@ -214,6 +281,9 @@ class CStyleRenderer:
                 fn = {"max": "fmax", "min": "fmin", "pow": "pow"}[e.op]
                 return self.call(fn, [a, b], e.dtype)
             if e.op in _INT_OPS:
+                if e.dtype in _PROMOTED:  # computed in int / unsigned int, wrapped back to the type
+                    w = _PROMOTED[e.dtype]
+                    return f"(({C_TYPES[e.dtype]})(({w})({a}) {_INT_OPS[e.op]} ({w})({b})))"
                 return f"({a} {_INT_OPS[e.op]} {b})"
             return f"(({a}) {'>' if e.op == 'max' else '<'} ({b}) ? ({a}) : ({b}))"
         if isinstance(e, Compare):

@@ -9,6 +9,8 @@ from typing import Mapping
 
 import numpy as np
 
+from autotune.te.workload import numpy_dtype
+
 from .ir import Graph, Node
 
 # ops whose operand 1 holds indices into operand 0 (along ``axis``, or its leading dims for GatherND)
@@ -51,8 +53,8 @@ def random_inputs(graph: Graph, rng: np.random.Generator | None = None) -> dict[
         t = graph.types[name]
         if t.dtype == "bool":
             out[name] = rng.integers(0, 2, size=t.shape).astype(bool)
-        elif t.dtype.startswith("int"):
-            out[name] = rng.integers(0, bounds.get(name, 2), size=t.shape).astype(t.dtype)
+        elif t.dtype.startswith(("int", "uint")):
+            out[name] = rng.integers(0, bounds.get(name, 2), size=t.shape).astype(numpy_dtype(t.dtype))
         else:
             out[name] = rng.standard_normal(t.shape).astype(t.dtype)
     return out

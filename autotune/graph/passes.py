@@ -27,6 +27,8 @@ from typing import Callable
 
 import numpy as np
 
+from autotune.te.workload import numpy_dtype
+
 from .ir import Graph, GraphError, Node, TensorType, contiguous
 from .ops import ALIAS, ELEMWISE, FOLD, FOLD_LIMIT_BYTES, REWRITE, evaluate, op_def, transpose_perm
 from .winograd import Plan, use_winograd  # also registers the Winograd operators
@@ -627,15 +629,13 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
 def castlike_to_cast(graph: Graph) -> Graph:
     """CastLike -> Cast to the element type of its second operand (only the type is read), so a
     CastLike of a constant folds even where its second operand is computed at run time."""
+    from onnx import helper
+
     g = graph.copy()
-    # ONNX TensorProto element type codes
-    codes = {"float32": 1, "int32": 6, "int64": 7, "bool": 9, "float16": 10, "float64": 11, "bfloat16": 16,
-             "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "uint32": 12, "uint64": 13}
     for n in g.nodes:
         if n.op == "CastLike" and len(n.inputs) > 1 and g.types.get(n.inputs[1]) is not None:
-            dt = g.types[n.inputs[1]].dtype
-            if dt in codes:
-                n.op, n.inputs, n.attrs = "Cast", n.inputs[:1], {"to": codes[dt]}
+            code = helper.np_dtype_to_tensor_dtype(numpy_dtype(g.types[n.inputs[1]].dtype))  # ONNX's code
+            n.op, n.inputs, n.attrs = "Cast", n.inputs[:1], {"to": code, **n.attrs}
     return infer_types(g)
 
 

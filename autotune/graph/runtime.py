@@ -29,6 +29,7 @@ from autotune.aligned import aligned, aligned_empty
 from autotune.measure import TIMER_SYMBOL, Builder, BuildOptions
 from autotune.measure.harness import harness_source
 from autotune.target import Target
+from autotune.te.workload import numpy_dtype
 
 from .ir import Graph, GraphError
 from .memory import MemoryPlan, Storage
@@ -383,9 +384,11 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any] | Sequence[Any]) -> lis
         arr = np.asarray(v)
         if arr.shape != t.shape:
             raise ValueError(f"input {n!r}: expected shape {t.shape}, got {arr.shape}")
-        if arr.dtype.kind not in "fiub" or not np.can_cast(arr.dtype, t.dtype, "same_kind"):
+        want = numpy_dtype(t.dtype)
+        convertible = arr.dtype.kind in "fiub" and np.can_cast(arr.dtype, want, "same_kind")
+        if arr.dtype != want and not convertible:
             raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
-        arrays.append(aligned(np.asarray(arr, dtype=np.dtype(t.dtype))))
+        arrays.append(aligned(np.asarray(arr, dtype=want)))
     return arrays
 
 

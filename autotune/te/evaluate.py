@@ -15,6 +15,7 @@ import numpy as np
 
 from .expr import (
     FLOAT_DTYPES,
+    INT_DTYPES,
     Binary,
     Call,
     Cast,
@@ -29,7 +30,7 @@ from .expr import (
     Var,
 )
 from .tensor import Tensor
-from .workload import Workload, topo_order
+from .workload import Workload, numpy_dtype, topo_order
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -53,6 +54,24 @@ _COMPARE = {
     "and": np.logical_and,
     "or": np.logical_or,
 }
+
+
+def int_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x ** y`` of int64 arrays, exactly modulo 2**64 (square and multiply, as the kernels' ``ipow``);
+    a negative power is the truncated quotient: 1 for a base of 1, +-1 for -1, else 0."""
+    b = np.asarray(x, np.int64).astype(np.uint64)
+    e = np.asarray(y, np.int64)
+    bits = e.astype(np.uint64)
+    r = np.ones(np.broadcast_shapes(b.shape, e.shape), np.uint64)
+    with np.errstate(over="ignore"):
+        while np.any(bits):
+            r = np.where(bits & np.uint64(1), r * b, r)
+            b, bits = b * b, bits >> np.uint64(1)
+    out = r.view(np.int64)
+    x = np.asarray(x, np.int64)
+    neg = np.where(x == 1, 1, np.where(x == -1, np.where(e & 1, -1, 1), 0))
+    return np.where(e < 0, neg, out)
+
 
 _CALLS = {
     "exp": np.exp,
@@ -78,9 +97,21 @@ _CALLS = {
     "acosh": np.arccosh,
     "atanh": np.arctanh,
     "log1p": np.log1p,
+    "fmod": np.fmod,
+    "copysign": np.copysign,
+    "ipow": int_power,
 }
 
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+
+
+
+def _int_dtype(dtype: str) -> type:
+    """What an integer / bool te dtype is evaluated in: int32 and int64 (index arithmetic too) in
+    int64, the other integer types in themselves (their arithmetic wraps as the kernels' does)."""
+    if dtype == "bool":
+        return np.bool_
+    return np.int64 if dtype in INT_DTYPES else numpy_dtype(dtype).type
 
 
 class _Evaluator:
@@ -94,9 +125,7 @@ class _Evaluator:
     def np_dtype(self, dtype: str) -> type:
         if dtype in FLOAT_DTYPES:
             return self.fdtype
-        if dtype == "bool":
-            return np.bool_
-        return np.int64
+        return _int_dtype(dtype)
 
     def eval(self, e: Expr, mask: np.ndarray | bool) -> np.ndarray:
         """Value of ``e``; ``mask`` marks the points where the value is actually needed."""
@@ -195,7 +224,7 @@ def evaluate(
         arr = np.asarray(feed[t])
         if arr.shape != t.shape:
             raise ValueError(f"placeholder {t.name} has shape {t.shape}, got an array of shape {arr.shape}")
-        want = dtype if t.dtype in FLOAT_DTYPES else (np.bool_ if t.dtype == "bool" else np.int64)
+        want = dtype if t.dtype in FLOAT_DTYPES else _int_dtype(t.dtype)
         values[id(t)] = arr.astype(want)
     for t in order:
         if not t.is_placeholder:

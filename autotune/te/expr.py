@@ -12,7 +12,22 @@ from typing import Iterable, Sequence
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 # storage-only float types: computed on as float32 (te.cast), never as themselves
 LOW_PRECISION_DTYPES = ("float16", "bfloat16")
-INT_DTYPES = ("int32", "int64")
+INT_DTYPES = ("int32", "int64")  # index arithmetic (the simplifier's linear forms) and tensor values
+# the other integer tensor values (never index arithmetic); C computes the 8- and 16-bit ones in int,
+# so the code generators wrap each result back to its type, as numpy's arithmetic does
+NARROW_INT_DTYPES = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
+# ONNX's sub-byte integers, one byte per element (ml_dtypes' layout: the value's low 2 or 4 bits of
+# two's complement, upper bits zero); storage-only: read and written through te.cast, never computed on
+SUB_BYTE_DTYPES = ("int4", "uint4", "int2", "uint2")
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer (or bool) dtype."""
+    if dtype == "bool":
+        return 0, 1
+    bits = int(dtype.removeprefix("u").removeprefix("int"))
+    return (0, (1 << bits) - 1) if dtype.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
 
 _counter = itertools.count()
 
@@ -333,7 +348,7 @@ def binary(op: str, a: object, b: object) -> Expr:
     ea, eb = _coerce_pair(a, b)
     if op in ("floordiv", "mod") and ea.dtype in FLOAT_DTYPES:
         raise TypeError(f"{op} needs integer operands")
-    if op == "div" and ea.dtype in INT_DTYPES:
+    if op == "div" and ea.dtype in INT_DTYPES + NARROW_INT_DTYPES:
         raise TypeError("'/' on integers is ambiguous; use '//' for floor division")
     return Binary(op, ea, eb)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Callable, Sequence
 
 from .expr import (
@@ -18,6 +19,7 @@ from .expr import (
     as_expr,
     binary,
     const,
+    int_range,
 )
 
 
@@ -143,8 +145,10 @@ min_reduce = _reducer("min")
 def reduce_identity(combiner: str, dtype: str) -> Expr:
     if combiner == "sum":
         return const(0, dtype)
-    big = float("inf") if dtype in FLOAT_DTYPES else 2**31 - 1
-    return const(-big if combiner == "max" else big, dtype)
+    if dtype in FLOAT_DTYPES:
+        return const(-math.inf if combiner == "max" else math.inf, dtype)
+    lo, hi = int_range(dtype)
+    return const(lo if combiner == "max" else hi, dtype)
 
 
 # --- elementwise math -------------------------------------------------------------------------

@@ -29,11 +29,11 @@ from .tensor import Tensor
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    """The numpy dtype of a te dtype (bfloat16 is ml_dtypes')."""
-    if dtype == "bfloat16":
+    """The numpy dtype of a te dtype (bfloat16 and the sub-byte integers are ml_dtypes')."""
+    if dtype in ("bfloat16", "int4", "uint4", "int2", "uint2"):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, dtype))
     return np.dtype(dtype)
 
 
@@ -184,8 +184,8 @@ class Workload:
             lo, hi = self.input_ranges[i] if self.input_ranges else (-1.0, 1.0)
             if t.dtype == "bool":
                 arrays.append(rng.integers(0, 2, size=t.shape).astype(bool))
-            elif t.dtype.startswith("int"):
-                arrays.append(rng.integers(int(lo), int(hi), size=t.shape).astype(t.dtype))
+            elif t.dtype.startswith(("int", "uint")):  # wrapped into unsigned / sub-byte types
+                arrays.append(rng.integers(int(lo), int(hi), size=t.shape).astype(numpy_dtype(t.dtype)))
             else:  # 16-bit floats: rounded to the dtype, so the float64 reference sees those values
                 arrays.append(rng.uniform(lo, hi, size=t.shape).astype(numpy_dtype(t.dtype)))
         return arrays

@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
+from autotune.te.expr import SUB_BYTE_DTYPES
+
 from ..ir import GraphError, Node, TensorType
 
 ANCHOR, ELEMWISE, INJECTIVE, REDUCE, ALIAS, FOLD, REWRITE = (
@@ -42,8 +44,10 @@ Consts = Sequence["np.ndarray | None"]
 # a te builder's operand: a te tensor, a scalar folded into the expression, or an omitted input
 Arg = Union[Any, float, int, None]
 
-# element types a compiled kernel reads and writes (bool is one byte, as in numpy)
-KERNEL_DTYPES = ("float32", "int64", "int32", "bool")
+# element types a compiled kernel reads and writes (bool is one byte, as in numpy; the sub-byte
+# integers one byte each, as ml_dtypes holds them: only converted by Cast and moved, never computed on)
+INT_KERNEL_DTYPES = ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8")
+KERNEL_DTYPES = ("float32", *INT_KERNEL_DTYPES, "bool", *SUB_BYTE_DTYPES)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Elementwise operators: each defined once by its numpy form and its expression form; inputs
-broadcast numpy-style. Kernels compute float32, int64/int32 and bool values."""
+broadcast numpy-style. Kernels compute float32, the 8- to 64-bit integers (wrapping as numpy's
+arithmetic does) and bool values; Cast also converts to and from the sub-byte integers."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import numpy as np
 
 from autotune import te
 from autotune.te import tensor as T
-from autotune.te.expr import Call, Expr, Not, any_of, as_expr, compare, const
+from autotune.te.evaluate import int_power
+from autotune.te.expr import Call, Expr, IntImm, Not, any_of, as_expr, compare, const
 from autotune.te.ops.elementwise import erf_expr, gelu_expr
 
 from ..ir import GraphError, Node, TensorType
 from .base import (
     ELEMWISE,
+    INT_KERNEL_DTYPES,
     KERNEL_DTYPES,
     Arg,
     Consts,
@@ -27,9 +30,9 @@ from .base import (
 from .te_build import arg_dtype, nd_compute, pow_expr, read, shape_of
 
 FLOAT = ("float32",)
-NUMERIC = ("float32", "int64", "int32")
+NUMERIC = ("float32", *INT_KERNEL_DTYPES)
 BOOL = ("bool",)
-ANY = ("float32", "int64", "int32", "bool")
+ANY = (*NUMERIC, "bool")
 
 
 def erf_np(x: np.ndarray) -> np.ndarray:
@@ -277,30 +280,53 @@ _define(
 # --- binary -----------------------------------------------------------------------------------------
 def _div_np(a: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind in "iu" and y.dtype.kind in "iu":
-        return np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(y))  # truncating, as C
+        # truncating, as C (and ONNX); a zero divisor gives 0 (numpy's value, which the kernels keep)
+        with np.errstate(divide="ignore"):
+            q = np.floor_divide(x, y)
+            late = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+        return q + late.astype(q.dtype)
     return x / y
+
+
+def _nonzero_divisor(d: str, y: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """``fn(y)`` for an integer divisor ``y``, 0 where ``y`` is 0 (C's integer division by zero traps;
+    numpy gives 0)."""
+    zero = const(0, d)
+    return T.select(compare("eq", y, zero), zero, fn(T.select(compare("eq", y, zero), const(1, d), y)))
 
 
 def _div(a: dict, d: str, x: Expr, y: Expr) -> Expr:
     if d == "float32":
         return x / y
     # C's integer division truncates, as ONNX's does
-    return x // y
+    return _nonzero_divisor(d, y, lambda y: x // y)
 
 
 def _mod_np(a: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.fmod(x, y) if a.get("fmod", 0) else np.mod(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(x, y) if a.get("fmod", 0) else np.mod(x, y)
 
 
 def _mod(a: dict, d: str, x: Expr, y: Expr) -> Expr:
-    if d == "float32":
-        return Call("fmod", [x, y], d)
-    r = x % y  # C's remainder takes the dividend's sign
-    if a.get("fmod", 0):
-        return r
     zero = const(0, d)
-    differ = compare("ne", compare("lt", r, zero), compare("lt", y, zero))
-    return T.select(compare("and", compare("ne", r, zero), differ), r + y, r)
+    if d == "float32":
+        r = Call("fmod", [x, y], d)
+        if a.get("fmod", 0):
+            return r
+        # the divisor's sign (numpy's and Python's mod): a remainder of the other sign moves by y, a
+        # zero one takes y's sign; NaN and infinite operands follow from fmod
+        differ = compare("ne", compare("lt", r, zero), compare("lt", y, zero))
+        moved = T.select(differ, r + y, r)
+        return T.select(compare("ne", r, zero), moved, Call("copysign", [zero, y], d))
+
+    def rem(y: Expr) -> Expr:
+        r = x % y  # C's remainder takes the dividend's sign
+        if a.get("fmod", 0):
+            return r
+        differ = compare("ne", compare("lt", r, zero), compare("lt", y, zero))
+        return T.select(compare("and", compare("ne", r, zero), differ), r + y, r)
+
+    return _nonzero_divisor(d, y, rem)
 
 
 class _Mod(_Elementwise):
@@ -309,13 +335,6 @@ class _Mod(_Elementwise):
     np_fn = staticmethod(_mod_np)
     expr = staticmethod(_mod)
 
-    @classmethod
-    def infer(cls, node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        out = super().infer(node, types, consts)
-        if out[0].dtype.startswith("float") and not node.attrs.get("fmod", 0):
-            raise GraphError(f"Mod node {node.name!r}: floating-point Mod needs fmod=1")
-        return out
-
 
 register("Mod", ELEMWISE)(_Mod)
 
@@ -323,7 +342,58 @@ _binary("Add", lambda a, x, y: x + y, lambda a, d, x, y: x + y)
 _binary("Sub", lambda a, x, y: x - y, lambda a, d, x, y: x - y)
 _binary("Mul", lambda a, x, y: x * y, lambda a, d, x, y: x * y)
 _binary("Div", _div_np, _div)
-_binary("Pow", lambda a, x, y: np.power(x, y), lambda a, d, x, y: pow_expr(x, y), FLOAT, same_dtype=False)
+
+
+_POW_BASES = ("float32", "int32", "int64")
+
+
+class _Pow(_Elementwise):
+    """``x ** y``, of x's type (float32, int32 or int64) for an exponent of any numeric type: float32
+    to a float32 power in float32, a float32 or integer to a power of the other kind in float64 (as
+    numpy), an integer to an integer power exactly (wrapping; a negative power truncates to 0 but
+    for a base of 1 or -1)."""
+
+    arity = (2, 2)
+    dtypes = NUMERIC
+    same_dtype = False
+
+    @classmethod
+    def infer(cls, node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        out = super().infer(node, types, consts)
+        base = same(types[0]).dtype
+        if base not in _POW_BASES and not all(c is not None for c in consts[:2]):
+            bases = ", ".join(_POW_BASES)
+            raise GraphError(f"Pow node {node.name!r}: base is {base}; Pow is compiled for {bases}")
+        return [TensorType(out[0].shape, base)]
+
+    @staticmethod
+    def np_fn(a: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if x.dtype.kind in "iu" and y.dtype.kind in "iu":
+            return int_power(x.astype(np.int64), y.astype(np.int64))
+        if x.dtype.kind in "iu" or y.dtype.kind in "iu":
+            return np.power(x.astype(np.float64), y.astype(np.float64))
+        return np.power(x, y)
+
+    @classmethod
+    def te(cls, attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x, y = args[:2]
+        shape = broadcast_shapes(shape_of(x), shape_of(y))
+        dx, dy = arg_dtype(x), arg_dtype(y)
+
+        def body(idx: list[Expr]) -> Expr:
+            b, e = read(x, idx, shape, dx), read(y, idx, shape, dy)
+            if dx == "float32" and (dy == "float32" or isinstance(e, IntImm)):
+                return pow_expr(b, e if dy == "float32" else const(e.value, "float32"))
+            if dx != "float32" and dy != "float32":
+                return T.cast(dx, Call("ipow", [T.cast("int64", b), T.cast("int64", e)], "int64"))
+            return T.cast(dx, T.power(T.cast("float64", b), T.cast("float64", e)))
+
+        if not any(isinstance(a, te.Tensor) for a in (x, y)):
+            raise GraphError(f"{name}: an elementwise op of constants should have been folded")
+        return nd_compute(shape, body, name, "elementwise")
+
+
+register("Pow", ELEMWISE)(_Pow)
 _binary(
     "PRelu",
     lambda a, x, s: np.where(x < 0, s * x, x),

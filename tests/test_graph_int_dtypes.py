@@ -1,0 +1,207 @@
+"""Integer element types beyond int32/int64 computed by real kernels: 8/16/32/64-bit signed and
+unsigned arithmetic that wraps as numpy's does, ONNX's sub-byte int4/uint4/int2/uint2 through Cast,
+Pow across integer and float operands, and float Mod with the divisor's sign (fmod=0). Each model is
+compiled with gcc and run on fresh random inputs; references are computed independently (Python
+integers, float64, ml_dtypes' own conversions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+from onnx import helper, numpy_helper  # noqa: E402
+
+from autotune.graph import compile_model, from_onnx  # noqa: E402
+
+
+def _code(dtype: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def _run(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], tmp_path) -> list[np.ndarray]:  # noqa: ANN001
+    graph = helper.make_graph(
+        nodes,
+        "ints",
+        [helper.make_tensor_value_info(n, _code(str(a.dtype)), a.shape) for n, a in inputs.items()],
+        [onnx.ValueInfoProto(name=o) for o in outputs],  # typed by onnx's shape inference below
+        initializer=[numpy_helper.from_array(np.array([1], np.int64), "axis1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model = onnx.shape_inference.infer_shapes(model)
+    module = compile_model(from_onnx(model), db=None, verbose=False, cache_dir=str(tmp_path), workers=1)
+    return module.run(inputs)
+
+
+def _wrap(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Python integers (an object array) reduced modulo 2**bits into ``dtype``'s range."""
+    info = np.iinfo(dtype)
+    span = int(info.max) - int(info.min) + 1
+    out = [((int(v) - int(info.min)) % span) + int(info.min) for v in values.reshape(-1)]
+    return np.array(out, dtype=object).reshape(values.shape)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int8", "int16"])
+def test_integer_arithmetic_wraps_like_numpy(dtype: str, tmp_path) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(sum(map(ord, dtype)))
+    info = np.iinfo(dtype)
+    shape = (4, 16)
+    x = rng.integers(int(info.min), int(info.max), size=shape, dtype=dtype, endpoint=True)
+    y = rng.integers(int(info.min), int(info.max), size=shape, dtype=dtype, endpoint=True)
+    y[0, :3] = 0  # a zero divisor gives 0 (numpy's value) instead of trapping
+    y[1, :2] = x[1, :2]
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["add"]),
+        helper.make_node("Sub", ["x", "y"], ["sub"]),
+        helper.make_node("Mul", ["x", "y"], ["mul"]),
+        helper.make_node("Div", ["x", "y"], ["div"]),
+        helper.make_node("Mod", ["x", "y"], ["mod"]),
+        helper.make_node("Mod", ["x", "y"], ["fmod"], fmod=1),
+        helper.make_node("Max", ["x", "y"], ["max"]),
+        # a fused chain: each intermediate wraps before the next operation reads it
+        helper.make_node("Mul", ["add", "x"], ["addmul"]),
+        helper.make_node("Less", ["addmul", "y"], ["less"]),
+        helper.make_node("ReduceMax", ["x", "axis1"], ["rmax"], keepdims=0),
+        helper.make_node("ReduceSum", ["x", "axis1"], ["rsum"], keepdims=0),
+    ]
+    outs = ["add", "sub", "mul", "div", "mod", "fmod", "max", "less", "rmax", "rsum"]
+    got = dict(zip(outs, _run(nodes, {"x": x, "y": y}, outs, tmp_path)))
+
+    a, b = x.astype(object), y.astype(object)  # exact Python integers
+    nz = np.where(b == 0, 1, b)
+    trunc = np.array([abs(p) // abs(q) * (1 if (p < 0) == (q < 0) else -1) for p, q in zip(a.flat, nz.flat)],
+                     dtype=object).reshape(shape)
+    fmod = a - trunc * nz
+    floor = np.array([p // q for p, q in zip(a.flat, nz.flat)], dtype=object).reshape(shape)
+    want = {
+        "add": _wrap(a + b, dtype),
+        "sub": _wrap(a - b, dtype),
+        "mul": _wrap(a * b, dtype),
+        "div": np.where(b == 0, 0, _wrap(trunc, dtype)),
+        "mod": np.where(b == 0, 0, a - floor * nz),
+        "fmod": np.where(b == 0, 0, fmod),
+        "max": np.maximum(a, b),
+        "less": _wrap(_wrap(a + b, dtype) * a, dtype) < b,
+        "rmax": np.array([max(row) for row in a], dtype=object),
+        "rsum": _wrap(np.array([sum(row) for row in a], dtype=object), dtype),
+    }
+    for name in outs:
+        assert got[name].dtype == (np.bool_ if name == "less" else np.dtype(dtype)), name
+        np.testing.assert_array_equal(got[name].astype(object), want[name], err_msg=name)
+
+
+def test_reduce_max_of_unsigned_zeros(tmp_path) -> None:  # noqa: ANN001
+    """The identity of a max over unsigned values is 0 (their lowest), not a wrapped negative."""
+    x = np.zeros((3, 5), np.uint32)
+    x[0, 1] = 7
+    nodes = [helper.make_node("ReduceMax", ["x", "axis1"], ["m"], keepdims=0)]
+    (m,) = _run(nodes, {"x": x}, ["m"], tmp_path)
+    np.testing.assert_array_equal(m, np.array([7, 0, 0], np.uint32))
+
+
+SUB_BYTE = ["int4", "uint4", "int2", "uint2"]
+
+
+def test_float_to_every_integer_type(tmp_path) -> None:  # noqa: ANN001
+    """float32 -> each integer type, truncating toward zero; in range for the 8- to 64-bit types, and
+    for the sub-byte types also out of range, where ml_dtypes (and ONNX's test data) give 0."""
+    rng = np.random.default_rng(7)
+    wide = ["uint8", "uint16", "uint32", "uint64", "int8", "int16"]
+    inputs, nodes, outs, want = {}, [], [], {}
+    for dt in wide + SUB_BYTE:
+        info = ml_dtypes.iinfo(dt) if dt in SUB_BYTE else np.iinfo(dt)
+        lo, hi = float(info.min), float(min(int(info.max), 2**24))
+        if dt in SUB_BYTE:
+            lo, hi = lo - 3, hi + 3
+        x = rng.uniform(lo, hi, size=(40,)).astype(np.float32)
+        name = f"x_{dt}"
+        inputs[name] = x
+        nodes.append(helper.make_node("Cast", [name], [f"c_{dt}"], to=_code(dt)))
+        outs.append(f"c_{dt}")
+        with np.errstate(invalid="ignore"):
+            want[dt] = x.astype(np.dtype(dt))  # ml_dtypes' and numpy's own conversions
+    got = dict(zip(outs, _run(nodes, inputs, outs, tmp_path)))
+    for dt in wide + SUB_BYTE:
+        g = got[f"c_{dt}"]
+        assert g.dtype == np.dtype(dt), dt
+        np.testing.assert_array_equal(g.astype(np.int64), want[dt].astype(np.int64), err_msg=dt)
+
+
+@pytest.mark.parametrize("dt", SUB_BYTE)
+def test_sub_byte_inputs_and_wrapping_casts(dt: str, tmp_path) -> None:  # noqa: ANN001
+    """A sub-byte model input read as its value (float32, int8, int32), and integers cast into the
+    type keeping their low bits, then read back."""
+    rng = np.random.default_rng(sum(map(ord, dt)))
+    info = ml_dtypes.iinfo(dt)
+    q = rng.integers(int(info.min), int(info.max), size=(5, 6), endpoint=True).astype(np.dtype(dt))
+    n = rng.integers(-300, 300, size=(5, 6)).astype(np.int64)
+    nodes = [
+        helper.make_node("Cast", ["q"], ["f"], to=_code("float32")),
+        helper.make_node("Cast", ["q"], ["i8"], to=_code("int8")),
+        helper.make_node("Transpose", ["q"], ["t"], perm=[1, 0]),
+        helper.make_node("Cast", ["t"], ["i32"], to=_code("int32")),
+        helper.make_node("Cast", ["n"], ["w"], to=_code(dt)),
+        helper.make_node("Cast", ["w"], ["back"], to=_code("int64")),
+    ]
+    outs = ["f", "i8", "i32", "w", "back"]
+    got = dict(zip(outs, _run(nodes, {"q": q, "n": n}, outs, tmp_path)))
+    value = q.astype(np.int64)
+    np.testing.assert_array_equal(got["f"], value.astype(np.float32))
+    np.testing.assert_array_equal(got["i8"], value.astype(np.int8))
+    np.testing.assert_array_equal(got["i32"], value.T.astype(np.int32))
+    bits = 4 if dt.endswith("4") else 2
+    low = n & ((1 << bits) - 1)
+    wrapped = low - (1 << bits) * (low >= (1 << (bits - 1))) if not dt.startswith("u") else low
+    assert got["w"].dtype == np.dtype(dt)
+    np.testing.assert_array_equal(got["w"].astype(np.int64), wrapped)
+    np.testing.assert_array_equal(got["back"], wrapped)
+
+
+def test_pow_across_types(tmp_path) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(3)
+    f = rng.uniform(0.5, 2.0, size=(12,)).astype(np.float32) * rng.choice([-1, 1], size=12).astype(np.float32)
+    fe = rng.uniform(-2.0, 3.0, size=(12,)).astype(np.float32)
+    i32 = rng.integers(0, 7, size=(12,)).astype(np.int32)  # a negative base to a fractional power is NaN
+    e32 = rng.integers(0, 9, size=(12,)).astype(np.int32)
+    b64 = rng.integers(-40, 41, size=(12,)).astype(np.int64)
+    e64 = rng.integers(-3, 40, size=(12,)).astype(np.int64)
+    u64 = rng.integers(0, 7, size=(12,)).astype(np.uint64)
+    pos = np.abs(f) + np.float32(0.5)
+    nodes = [
+        helper.make_node("Pow", ["f", "e32"], ["f_i"]),
+        helper.make_node("Pow", ["f", "u64"], ["f_u"]),
+        helper.make_node("Pow", ["i32", "pos"], ["i_f"]),
+        helper.make_node("Pow", ["b64", "e64"], ["i_i"]),
+        helper.make_node("Pow", ["pos", "fe"], ["f_f"]),
+    ]
+    inputs = {"f": f, "e32": e32, "u64": u64, "i32": i32, "pos": pos, "b64": b64, "e64": e64, "fe": fe}
+    outs = ["f_i", "f_u", "i_f", "i_i", "f_f"]
+    got = dict(zip(outs, _run(nodes, inputs, outs, tmp_path)))
+    f64 = f.astype(np.float64)
+    np.testing.assert_allclose(got["f_i"], f64 ** e32, rtol=1e-6)
+    np.testing.assert_allclose(got["f_u"], f64 ** u64.astype(np.float64), rtol=1e-6)
+    assert got["i_f"].dtype == np.int32
+    np.testing.assert_array_equal(got["i_f"], np.trunc(i32.astype(np.float64) ** pos.astype(np.float64)))
+    exact = []
+    for b, e in zip(b64.tolist(), e64.tolist()):  # wraps modulo 2**64; a negative power truncates
+        v = pow(b, e, 2**64) if e >= 0 else (1 if b == 1 else (-1) ** (e & 1) if b == -1 else 0)
+        exact.append(v - 2**64 if v >= 2**63 else v)
+    assert got["i_i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i_i"], np.array(exact, dtype=np.int64))
+    np.testing.assert_allclose(got["f_f"], pos.astype(np.float64) ** fe, rtol=1e-5)
+
+
+def test_float_mod_takes_the_divisor_sign(tmp_path) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(11)
+    x = (rng.uniform(-9, 9, size=(32,))).astype(np.float32)
+    y = (rng.uniform(0.5, 4, size=(32,)) * rng.choice([-1, 1], size=32)).astype(np.float32)
+    edge_x = np.array([0.0, -0.0, -3.0, 3.0, 1.0, np.inf, 1.0, np.nan, 6.0, -6.0], np.float32)
+    edge_y = np.array([-2.0, 2.0, np.inf, -np.inf, -np.inf, 2.0, 0.0, 2.0, 3.0, 3.0], np.float32)
+    x, y = np.concatenate([x, edge_x]), np.concatenate([y, edge_y])
+    (got,) = _run([helper.make_node("Mod", ["x", "y"], ["m"], fmod=0)], {"x": x, "y": y}, ["m"], tmp_path)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.mod(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    same_sign = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[same_sign]), np.signbit(want[same_sign]))
