@@ -346,6 +346,8 @@ def _coerce_pair(a: object, b: object) -> tuple[Expr, Expr]:
 
 def binary(op: str, a: object, b: object) -> Expr:
     ea, eb = _coerce_pair(a, b)
+    if ea.dtype in SUB_BYTE_DTYPES:
+        raise TypeError(f"{ea.dtype} is storage-only: te.cast it before {op}")
     if op in ("floordiv", "mod") and ea.dtype in FLOAT_DTYPES:
         raise TypeError(f"{op} needs integer operands")
     if op == "div" and ea.dtype in INT_DTYPES + NARROW_INT_DTYPES:
