@@ -279,15 +279,22 @@ def softmax_axes(node: Node, ndim: int) -> list[int]:
     return [norm_axis(node.attrs.get("axis", -1), ndim, node.op)]
 
 
-def _softmax_def(log: bool) -> type:
-    class _Softmax:
-        @staticmethod
-        def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-            float_only(node, types)
-            x = same(types[0])
-            softmax_axes(node, len(x.shape))
-            return [x]
+class _FloatOverAxes:
+    """A float32 operator whose output has its input's type, over the axes ``axes_of(node, rank)``
+    names (and checks)."""
 
+    axes_of: Callable[[Any, int], Any] = staticmethod(softmax_axes)
+
+    @classmethod
+    def infer(cls, node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        float_only(node, types)
+        x = same(types[0])
+        cls.axes_of(node, len(x.shape))
+        return [x]
+
+
+def _softmax_def(log: bool) -> type:
+    class _Softmax(_FloatOverAxes):
         @staticmethod
         def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
             x = xs[0]
@@ -466,6 +473,134 @@ class _RMSNorm:
 
 
 register("RMSNormalization", REDUCE, _check_rms)(_RMSNorm)
+
+
+MVN_EPSILON = 1e-9  # added to the standard deviation, as the operator's function body does
+
+
+def _mvn_axes(node: Any, ndim: int) -> list[int]:
+    axes = node.attrs.get("axes", [0, 2, 3])
+    return sorted({norm_axis(int(a), ndim, "MeanVarianceNormalization") for a in axes})
+
+
+class _MeanVarianceNorm(_FloatOverAxes):
+    """``(x - mean) / (std + 1e-9)`` over ``axes`` (MeanVarianceNormalization)."""
+
+    axes_of = staticmethod(_mvn_axes)
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        axes = tuple(_mvn_axes(node, xs[0].ndim))
+        centred = xs[0] - xs[0].mean(axis=axes, keepdims=True)
+        std = np.sqrt((centred**2).mean(axis=axes, keepdims=True))
+        return [(centred / (std + MVN_EPSILON)).astype(xs[0].dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x = tensor_arg(args[0])
+        axes = _mvn_axes(AttrNode("MeanVarianceNormalization", attrs, name), x.ndim)
+        mean, var, at = moments(x, axes, name)
+
+        def out(i: list[Expr]) -> Expr:
+            return (x[tuple(i)] - mean[at(i)]) / (T.sqrt(var[at(i)]) + MVN_EPSILON)
+
+        return nd_compute(x.shape, out, name, "elementwise")
+
+
+register("MeanVarianceNormalization", REDUCE)(_MeanVarianceNorm)
+
+
+def _check_lp(node: Node) -> str | None:
+    p = int(node.attrs.get("p", 2))
+    return None if p in (1, 2) else f"p={p} (only 1 and 2)"
+
+
+def _lp_axis(node: Any, ndim: int) -> int:
+    return norm_axis(int(node.attrs.get("axis", -1)), ndim, "LpNormalization")
+
+
+class _LpNorm(_FloatOverAxes):
+    """``x / ||x||_p`` along ``axis`` (p = 1 or 2); where the norm is 0 the output is 0."""
+
+    axes_of = staticmethod(_lp_axis)
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        axis = _lp_axis(node, x.ndim)
+        if int(node.attrs.get("p", 2)) == 1:
+            norm = np.abs(x).sum(axis=axis, keepdims=True)
+        else:
+            norm = np.sqrt((x * x).sum(axis=axis, keepdims=True))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.where(norm == 0, 0, x / norm).astype(x.dtype, copy=False)]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x = tensor_arg(args[0])
+        axis = _lp_axis(AttrNode("LpNormalization", attrs, name), x.ndim)
+        l1 = int(attrs.get("p", 2)) == 1
+        body = (lambda i: T.fabs(x[tuple(i)])) if l1 else (lambda i: x[tuple(i)] * x[tuple(i)])
+        s, at = reduced(x, [axis], T.sum, body, name + "_sum")
+        zero = const(0, x.dtype)
+
+        def out(i: list[Expr]) -> Expr:
+            norm = s[at(i)] if l1 else T.sqrt(s[at(i)])
+            return T.select(compare("eq", norm, zero), zero, x[tuple(i)] / norm)
+
+        return nd_compute(x.shape, out, name, "elementwise")
+
+
+register("LpNormalization", REDUCE, _check_lp)(_LpNorm)
+
+
+class _Hardmax:
+    """1 at the first maximum along the axis (opsets before 13: of the flattened axes from ``axis``
+    on), 0 elsewhere."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        _kernel_types(node, types, consts, NUMERIC)
+        softmax_axes(node, len(x.shape))
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(xs[0])
+        axes = softmax_axes(node, x.ndim)
+        # one axis moved last, or the trailing axes (opsets before 13) flattened into one
+        rows = np.moveaxis(x, axes[0], -1) if len(axes) == 1 else x.reshape(*x.shape[: axes[0]], -1)
+        y = np.zeros_like(rows)
+        np.put_along_axis(y, np.argmax(rows, axis=-1)[..., None], 1, axis=-1)
+        return [np.ascontiguousarray(np.moveaxis(y, -1, axes[0]) if len(axes) == 1 else y.reshape(x.shape))]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        x = tensor_arg(args[0])
+        axes = softmax_axes(AttrNode("Hardmax", attrs, name), x.ndim)
+        strides = {d: math.prod(x.shape[e] for e in axes if e > d) for d in axes}
+
+        def flat(i: Sequence[Expr]) -> Expr:
+            out: Any = 0
+            for d in axes:
+                out = out + T.cast("int64", i[d]) * strides[d]
+            return out
+
+        best, at = reduced(x, axes, T.max_reduce, lambda i: x[tuple(i)], name + "_best")
+        n = math.prod(x.shape[d] for d in axes)
+
+        def pos(i: list[Expr]) -> Expr:
+            return T.select(compare("eq", x[tuple(i)], best[at(i)]), flat(i), const(n, "int64"))
+
+        first, _ = reduced(x, axes, T.min_reduce, pos, name + "_first")
+        one, zero = const(1, x.dtype), const(0, x.dtype)
+        return nd_compute(
+            x.shape, lambda i: T.select(compare("eq", flat(i), first[at(i)]), one, zero), name, "elementwise"
+        )
+
+
+register("Hardmax", REDUCE)(_Hardmax)
 
 
 class _InstanceNorm:
