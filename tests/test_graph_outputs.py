@@ -207,3 +207,24 @@ def test_eye_like_of_a_run_time_value_is_a_constant(k: int, cache: str) -> None:
     assert len(module.prepared.calls) == 1
     np.testing.assert_array_equal(eye, np.eye(3, 5, k=k, dtype=np.int64))
     np.testing.assert_array_equal(n, -x)
+
+
+def test_scalar_results_at_run_time(cache: str) -> None:
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    v = rng.standard_normal(6).astype(np.float32)
+    i = np.int64(rng.integers(-6, 6))
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Div", ["s", "m"], ["r"]),
+        helper.make_node("Gather", ["v", "i"], ["g"]),
+        helper.make_node("ArgMax", ["v"], ["a"], keepdims=0),
+    ]
+    m = model(nodes, [("x", (3, 4)), ("v", (6,)), ("i", (), TensorProto.INT64)],
+              [("r", ()), ("g", ()), ("a", (), TensorProto.INT64)])
+    _, (r, g, a) = run(m, {"x": x, "v": v, "i": i}, cache)
+    assert r.shape == g.shape == a.shape == ()
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(r, x64.sum() / x64.max(), rtol=1e-5)
+    assert g == v[i] and a == v.argmax()

@@ -15,6 +15,7 @@
 - ``lower_einsum``       Einsum -> Transpose / Reshape / MatMul (+ ReduceSum)
 - ``matmul_vectors_to_matrices`` MatMul of a 1-d operand -> a matrix product, reshaped
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
+- ``scalar_results_as_views`` a kernel's 0-d result is computed as shape (1, ...) and viewed as 0-d
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
 - ``optimize``           all of the above in order (the compiler's pipeline)
@@ -129,6 +130,9 @@ def _type_node(
             return
     if n.op == "Concat":  # an empty piece adds nothing (a decoder's past of length 0)
         n.inputs = [i for i in n.inputs if i not in empty]
+    if d.kind not in (ALIAS, FOLD, REWRITE) and any(o and t.shape == () for o, t in zip(n.outputs, outs)):
+        if _scalar_form(n, d.kind, len(in_types[0].shape) if in_types and in_types[0] else 0) is None:
+            raise GraphError(f"{n.op} node {n.name!r}: a 0-d result computed at run time is not compiled")
     params = set(d.const_operands)
     for k, i in enumerate(n.inputs):
         if i in empty and k not in params and d.kind != ALIAS:
@@ -811,6 +815,59 @@ def absorb_const_operands(graph: Graph) -> Graph:
     return eliminate_dead_code(g)
 
 
+def _scalar_form(n: Node, kind: str, rank: int) -> str | None:
+    """How a kernel with a 0-d result computes it as shape (1, ...): ``keepdims`` (a reduction of an
+    operand of ``rank`` > 0 keeps its reduced dims), ``operands`` (an elementwise op reads its 0-d
+    operands as (1,)), ``indices`` (a Gather of a 0-d index reads it as (1,)), ``vectors`` (a product
+    of two vectors: ``matmul_vectors_to_matrices``); None: not compiled."""
+    if n.op == "MatMul":
+        return "vectors"
+    if n.op.startswith("Reduce") or n.op in ("ArgMax", "ArgMin"):
+        return "keepdims" if rank else None
+    if kind == ELEMWISE:
+        return "operands"
+    return "indices" if n.op == "Gather" else None
+
+
+def scalar_results_as_views(graph: Graph) -> Graph:
+    """A kernel whose result is 0-d computes it with shape (1, ...) (see :func:`_scalar_form`) and a
+    Reshape views it as 0-d (kernels and their schedules need at least one axis)."""
+    g = graph.copy()
+    out: list[Node] = []
+
+    def view(v: str, shape: tuple[int, ...], base: str, dst: str = "") -> str:
+        spec = _add_const(g, base + "_shape", np.asarray(shape, dtype=np.int64))
+        dst = dst or _new_value(g, base, TensorType(shape, g.types[v].dtype))
+        out.append(Node("Reshape", [v, spec], [dst], {}, g.fresh_name(base)))
+        return dst
+
+    for n in g.nodes:
+        kind = op_def(n.op).kind
+        y = n.outputs[0] if n.outputs else ""
+        if not y or kind in (ALIAS, FOLD, REWRITE) or g.types[y].shape != ():
+            out.append(n)
+            continue
+        form = _scalar_form(n, kind, len(g.types[n.inputs[0]].shape))
+        if form is None:
+            raise GraphError(f"{n.op} node {n.name!r}: a 0-d result computed at run time is not compiled")
+        if form == "keepdims":
+            n.attrs = dict(n.attrs, keepdims=1)
+            shape: tuple[int, ...] = (1,) * len(g.types[n.inputs[0]].shape)
+        else:
+            at = range(len(n.inputs)) if form == "operands" else [1]
+            n.inputs = [
+                view(v, (1,), f"{n.name}_in{k}")
+                if k in at and v and v not in g.consts and g.types[v].shape == () else v
+                for k, v in enumerate(n.inputs)
+            ]
+            shape = (1,)
+        n.outputs = [_new_value(g, y + "_1", TensorType(shape, g.types[y].dtype))]
+        out.append(n)
+        view(n.outputs[0], (), n.name + "_scalar", dst=y)
+    g.nodes = out
+    return infer_types(g)
+
+
 # --- the pipeline -----------------------------------------------------------------------------------
 def optimize(
     graph: Graph, layout: str = "NHWC", winograd: Plan = 0
@@ -834,6 +891,7 @@ def optimize(
     g = fold_constants(g)
     if winograd:
         g = use_winograd(g, winograd)
+    g = scalar_results_as_views(g)
     g = absorb_const_operands(g)
     from .precision import apply_precision  # it runs these passes' inference again
 

@@ -157,13 +157,7 @@ def _reduce_def(op: str) -> type:
                     f"ReduceProd node {node.name!r}: a run-time product of {terms} elements "
                     f"(at most {MAX_PRODUCT_TERMS} compiled)"
                 )
-            shape = _reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1)))
-            if not shape and consts[0] is None:
-                raise GraphError(
-                    f"{op} node {node.name!r}: a run-time reduction to a 0-d value (keepdims=0 over "
-                    "every axis) is not compiled"
-                )
-            return [TensorType(shape, x.dtype)]
+            return [TensorType(_reduced_shape(x.shape, axes, bool(node.attrs.get("keepdims", 1))), x.dtype)]
 
         @staticmethod
         def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
