@@ -205,3 +205,33 @@ def test_float_mod_takes_the_divisor_sign(tmp_path) -> None:  # noqa: ANN001
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     same_sign = ~np.isnan(want)
     np.testing.assert_array_equal(np.signbit(got[same_sign]), np.signbit(want[same_sign]))
+
+
+def test_a_sub_byte_output_is_measured_and_checked(tmp_path) -> None:  # noqa: ANN001
+    """The measuring worker holds an int4 output as ml_dtypes' int4 (not an opaque void type), so a
+    tuned kernel's bytes are checked against the reference: right ones pass, a wrong one fails."""
+    from autotune.measure import Builder, BuildOptions, CpuRunner, ErrorKind, RunOptions
+
+    src = """
+void neg4(void** args) {
+    const unsigned char* a = (const unsigned char*)args[0];
+    unsigned char* c = (unsigned char*)args[1];
+    for (int i = 0; i < 16; ++i) c[i] = (unsigned char)((0 - (((a[i] & 15) ^ 8) - 8)) & 15);
+}
+"""
+    a = np.arange(-7, 8, dtype=np.int64)
+    a = np.append(a, 3).astype(ml_dtypes.int4)
+    want = (-a.astype(np.int64)).astype(ml_dtypes.int4)
+    with Builder(BuildOptions(cache_dir=str(tmp_path)), workers=1) as b:
+        res = b.build("neg4", src)
+        assert res.error_kind is None, res.error_msg
+        with CpuRunner() as r:
+            opts = RunOptions(repeat=2, min_repeat_ms=1.0, timeout_s=20.0)
+            r.set_task("ok", [a], [want], [((16,), "int4")])
+            ok = r.run(res.lib_path, "neg4", "ok", opts)
+            assert ok.error_kind is None, ok.error_msg
+            wrong = want.copy()
+            wrong[3] = ml_dtypes.int4(0)
+            r.set_task("bad", [a], [wrong], [((16,), "int4")])
+            bad = r.run(res.lib_path, "neg4", "bad", opts)
+            assert bad.error_kind is ErrorKind.WRONG_ANSWER

@@ -110,7 +110,13 @@ class CpuRunner:
         """Register inputs/references; shipped to the worker once, on first use."""
         if len(reference_outputs) != len(output_shapes_dtypes):
             raise ValueError("one reference per output is required")
-        specs = [(tuple(int(d) for d in s), np.dtype(t).str) for s, t in output_shapes_dtypes]
+        from ..te.expr import SUB_BYTE_DTYPES
+        from ..te.workload import numpy_dtype
+
+        dts = [numpy_dtype(t) if isinstance(t, str) else np.dtype(t) for _, t in output_shapes_dtypes]
+        # ml_dtypes' sub-byte integers travel as dtypes (unpickling imports ml_dtypes; their .str is void)
+        specs = [(tuple(int(d) for d in s), dt if dt.name in SUB_BYTE_DTYPES else dt.str)
+                 for (s, _), dt in zip(output_shapes_dtypes, dts)]
         refs = [np.asarray(r) for r in reference_outputs]
         for i, (ref, (shape, _)) in enumerate(zip(refs, specs)):
             if ref.shape != shape:

@@ -556,13 +556,15 @@ def _cast_np(x: np.ndarray, to: np.dtype, saturate: bool = True) -> np.ndarray:
     if to.name.startswith("float8_e8m0"):
         raise GraphError(f"a cast to {to.name} (a scale-only type) is not folded")
     if x.dtype.kind == "f" and to.kind in "iu":
-        return np.trunc(x).astype(to)
+        with np.errstate(invalid="ignore"):  # out of range: undefined in ONNX; numpy's value
+            return np.trunc(x).astype(to)
     if saturate and to.name.startswith("float8") and x.dtype.kind == "f":
         import ml_dtypes
 
         top = float(ml_dtypes.finfo(to).max)
         x = np.where(np.isnan(x), x, np.clip(x, -top, top))  # ONNX's saturate=1, infinities included
-    return x.astype(to)
+    with np.errstate(invalid="ignore"):  # a float out of a sub-byte type's range: 0, as ml_dtypes has it
+        return x.astype(to)
 
 
 class _Cast:
