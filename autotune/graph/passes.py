@@ -8,6 +8,7 @@
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
+- ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``one_output_per_node`` a kernel node with several outputs -> one node per output
@@ -303,6 +304,22 @@ def lower_batch_norm(graph: Graph) -> Graph:
     return eliminate_dead_code(g)
 
 
+class _Emitter:
+    """Writes the nodes a lowering replaces one node by: values and node names prefixed by its name."""
+
+    def __init__(self, g: Graph, out: list[Node], prefix: str) -> None:
+        self.g, self.out, self.prefix = g, out, prefix
+
+    def node(self, op: str, ins: list[str], t: TensorType, base: str, attrs: dict | None = None,
+             dst: str = "") -> str:
+        v = dst or _new_value(self.g, f"{self.prefix}_{base}", t)
+        self.out.append(Node(op, ins, [v], attrs or {}, self.g.fresh_name(f"{self.prefix}_{base}")))
+        return v
+
+    def const(self, base: str, arr: np.ndarray) -> str:
+        return _add_const(self.g, f"{self.prefix}_{base}", arr)
+
+
 def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
     """A training-mode BatchNormalization: the batch's mean and (population) variance over every
     axis but the channels normalize x; running mean / variance outputs are
@@ -313,14 +330,11 @@ def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
     axes = [d for d in range(len(t.shape)) if d != 1]
     per_channel = TensorType(tuple(1 if d != 1 else c for d in range(len(t.shape))), t.dtype)
     momentum = float(n.attrs.get("momentum", 0.9))
-
-    def emit(op: str, ins: list[str], tt: TensorType, base: str, attrs: dict | None = None) -> str:
-        v = _new_value(g, f"{n.name}_{base}", tt)
-        out.append(Node(op, ins, [v], attrs or {}, g.fresh_name(f"{n.name}_{base}")))
-        return v
+    em = _Emitter(g, out, n.name)
+    emit = em.node
 
     def const(base: str, arr: np.ndarray) -> str:
-        return _add_const(g, f"{n.name}_{base}", arr.astype(np.float32))
+        return em.const(base, arr.astype(np.float32))
 
     def channels(i: int) -> np.ndarray:
         return g.consts[n.inputs[i]].astype(np.float64).reshape(per_channel.shape)
@@ -344,6 +358,61 @@ def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
             running = g.consts[n.inputs[2 + pos]].astype(np.float64) * momentum
             out.append(Node("Add", [part, const("running", running)], [n.outputs[pos]], {},
                             g.fresh_name(f"{n.name}_running{pos}")))
+
+
+def lower_losses(graph: Graph) -> Graph:
+    """NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of: the
+    log-probabilities (LogSoftmax over the classes, for the cross entropy), the entry of each target
+    (GatherElements), its class weight (Gather), ignored targets masked (Equal / Where), the negated
+    product and the reduction (the mean divides by the weights counted)."""
+    from .ops.loss import ignore_index
+
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op not in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):
+            out.append(n)
+            continue
+        em = _Emitter(g, out, n.name)
+        x, t = n.inputs[0], n.inputs[1]
+        w = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+        xt, tt = g.types[x], g.types[t]
+        if n.op == "SoftmaxCrossEntropyLoss":
+            lp = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] else ""
+            x = em.node("LogSoftmax", [x], xt, "log_prob", {"axis": 1}, dst=lp)
+        flags = TensorType(tt.shape, "bool")
+        ii = ignore_index(n)
+        valid = ""
+        if ii is not None:
+            same_ii = em.node("Equal", [t, em.const("ii", np.asarray(ii, tt.dtype))], flags, "ignored")
+            valid = em.node("Not", [same_ii], flags, "valid")
+            t = em.node("Where", [valid, t, em.const("zero", np.asarray(0, tt.dtype))], tt, "target")
+        at = TensorType(tt.shape[:1] + (1,) + tt.shape[1:], tt.dtype)
+        picked = em.node("GatherElements", [x, em.node("Unsqueeze", [t], at, "at", {"axes": [1]})],
+                         TensorType(at.shape, xt.dtype), "picked", {"axis": 1})
+        per = TensorType(tt.shape, xt.dtype)
+        loss = em.node("Neg", [em.node("Squeeze", [picked], per, "entry", {"axes": [1]})], per, "neg")
+        weight = em.node("Gather", [w, t], per, "weight") if w else ""
+        if valid:
+            zero = em.const("zero_weight", np.float32(0))
+            weight = (em.node("Where", [valid, weight, zero], per, "kept") if weight
+                      else em.node("Cast", [valid], per, "kept", {"to": 1}))
+        if weight:
+            loss = em.node("Mul", [loss, weight], per, "weighted")
+        red = n.attrs.get("reduction", "mean")
+        y = n.outputs[0]
+        scalar = TensorType((), xt.dtype)
+        if red == "none":
+            em.node("Identity", [loss], per, "loss", dst=y)
+        elif red == "sum" or not weight:
+            reduce_op = "ReduceSum" if red == "sum" else "ReduceMean"
+            em.node(reduce_op, [loss], scalar, "loss", {"keepdims": 0}, dst=y)
+        else:
+            total = em.node("ReduceSum", [loss], scalar, "total", {"keepdims": 0})
+            em.node("Div", [total, em.node("ReduceSum", [weight], scalar, "count", {"keepdims": 0})], scalar,
+                    "loss", dst=y)
+    g.nodes = out
+    return infer_types(remove_identities(eliminate_dead_code(g)))
 
 
 # --- canonicalization -------------------------------------------------------------------------------
@@ -876,7 +945,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
-    g = remove_identities(g)
+    g = remove_identities(lower_losses(g))
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)
