@@ -79,18 +79,22 @@ class WithBreak(torch.nn.Module):
 
 class Gathers(torch.nn.Module):
     """A constant mask built by writes into a new tensor, a table indexed by a constant buffer (both
-    folded at import), select and as_strided on an input."""
+    folded at import), select and as_strided on an input, torch.gather by a run-time index and by an
+    index smaller than the input on another axis."""
 
     def __init__(self) -> None:
         super().__init__()
         self.table = torch.nn.Parameter(torch.randn(9, 4))
         self.register_buffer("pos", torch.arange(9).reshape(3, 3))
+        self.register_buffer("rows", torch.tensor([[[2, 0, 1], [1, 1, 0]]] * 2))  # (2, 2, 3) into (2, 3, 4)
 
     def forward(self, x):
         mask = torch.zeros(3, 3)
         mask[:, 2:] = -1.0
         y = (x + self.table[self.pos].sum(1)).transpose(1, 2) @ mask
-        return y + x[:, 0].unsqueeze(-1) + x.as_strided((2, 4, 1), (12, 1, 1))
+        picked = torch.gather(x, 2, x.argmax(2, keepdim=True)).transpose(1, 2)  # (2, 1, 3)
+        cut = torch.gather(x, 1, self.rows).sum((1, 2)).view(2, 1, 1)
+        return y + x[:, 0].unsqueeze(-1) + x.as_strided((2, 4, 1), (12, 1, 1)) + picked * cut
 
 
 def _inputs(name: str):

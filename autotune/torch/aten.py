@@ -674,6 +674,22 @@ def _index_select(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one("Gather", [cx.value(node.args[0]), cx.value(node.args[2])], axis=int(node.args[1]))
 
 
+@converts(aten.gather.default)
+def _gather(cx: Emitter, node: torch.fx.Node) -> str:
+    """``torch.gather``: GatherElements, the input first cut to the index's extent on the other axes
+    (torch lets the index be smaller there; ONNX reads them at the same positions)."""
+    x, dim, index = node.args[0], int(node.args[1]), node.args[2]
+    rank = rank_of(x)
+    dim %= max(rank, 1)
+    have, want = list(tensor_vals(x)[0].shape), list(tensor_vals(index)[0].shape)
+    data = cx.value(x)
+    cut = [a for a in range(rank) if a != dim and want[a] < have[a]]
+    if cut:
+        ends = cx.const([want[a] for a in cut])
+        data = cx.one("Slice", [data, cx.const([0] * len(cut)), ends, cx.const(cut)])
+    return cx.one("GatherElements", [data, cx.typed(index, "int64")], axis=dim)
+
+
 @converts(aten.constant_pad_nd.default)
 def _pad(cx: Emitter, node: torch.fx.Node) -> str:
     x, pad = node.args[0], [int(p) for p in node.args[1]]
