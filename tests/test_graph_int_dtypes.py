@@ -235,3 +235,35 @@ void neg4(void** args) {
             r.set_task("bad", [a], [wrong], [((16,), "int4")])
             bad = r.run(res.lib_path, "neg4", "bad", opts)
             assert bad.error_kind is ErrorKind.WRONG_ANSWER
+
+
+def test_bitwise_operators(tmp_path) -> None:  # noqa: ANN001
+    """BitwiseAnd/Or/Xor/Not and BitShift both ways over signed and unsigned types; shifts by a
+    negative amount or by the width or more give the sign fill alone (ONNX's rule)."""
+    rng = np.random.default_rng(5)
+    inputs, nodes, outs, want = {}, [], [], {}
+    for dt in ["uint8", "int8", "int16", "uint32", "int64", "uint64"]:
+        info, bits = np.iinfo(dt), 8 * np.dtype(dt).itemsize
+        x = rng.integers(int(info.min), int(info.max), size=(24,), dtype=dt, endpoint=True)
+        y = rng.integers(int(info.min), int(info.max), size=(24,), dtype=dt, endpoint=True)
+        s = rng.integers(max(int(info.min), -3), bits + 3, size=(24,)).astype(dt)
+        inputs.update({f"x_{dt}": x, f"y_{dt}": y, f"s_{dt}": s})
+        a, b, k = (v.astype(object) for v in (x, y, s))
+        for op, fn in (("BitwiseAnd", lambda p, q: p & q), ("BitwiseOr", lambda p, q: p | q),
+                       ("BitwiseXor", lambda p, q: p ^ q)):
+            nodes.append(helper.make_node(op, [f"x_{dt}", f"y_{dt}"], [f"{op}_{dt}"]))
+            want[f"{op}_{dt}"] = _wrap(np.array([fn(p, q) for p, q in zip(a, b)], dtype=object), dt)
+        nodes.append(helper.make_node("BitwiseNot", [f"x_{dt}"], [f"not_{dt}"]))
+        want[f"not_{dt}"] = _wrap(np.array([~p for p in a], dtype=object), dt)
+        nodes.append(helper.make_node("BitShift", [f"x_{dt}", f"s_{dt}"], [f"shl_{dt}"], direction="LEFT"))
+        left = [p << q if 0 <= q < bits else 0 for p, q in zip(a, k)]
+        want[f"shl_{dt}"] = _wrap(np.array(left, dtype=object), dt)
+        nodes.append(helper.make_node("BitShift", [f"x_{dt}", f"s_{dt}"], [f"shr_{dt}"], direction="RIGHT"))
+        right = [p >> q if 0 <= q < bits else (-1 if p < 0 else 0) for p, q in zip(a, k)]
+        want[f"shr_{dt}"] = np.array(right, dtype=object)
+    outs = list(want)
+    got = dict(zip(outs, _run(nodes, inputs, outs, tmp_path)))
+    for name in outs:
+        dt = name.rsplit("_", 1)[1]
+        assert got[name].dtype == np.dtype(dt), name
+        np.testing.assert_array_equal(got[name].astype(object), want[name], err_msg=name)

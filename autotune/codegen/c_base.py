@@ -58,7 +58,10 @@ C_TYPES = {
 _SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
 # the range of an 8/16-bit type's values C computes in int, unsigned ones in unsigned int (no overflow)
 _PROMOTED = {"int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
-_INT_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%"}
+_INT_OPS = {
+    "add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%",
+    "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>",
+}
 _FLOAT_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _CMP_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -280,6 +283,8 @@ class CStyleRenderer:
                     return f"({a} {_FLOAT_OPS[e.op]} {b})"
                 fn = {"max": "fmax", "min": "fmin", "pow": "pow"}[e.op]
                 return self.call(fn, [a, b], e.dtype)
+            if e.op == "shl":  # in unsigned arithmetic: bits shifted past the top are discarded
+                return f"(({C_TYPES[e.dtype]})((unsigned long long)({a}) << ({b})))"
             if e.op in _INT_OPS:
                 if e.dtype in _PROMOTED:  # computed in int / unsigned int, wrapped back to the type
                     w = _PROMOTED[e.dtype]

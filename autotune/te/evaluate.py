@@ -44,6 +44,11 @@ _BINARY = {
     "max": np.maximum,
     "min": np.minimum,
     "pow": np.power,
+    "bitand": np.bitwise_and,
+    "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor,
+    "shl": np.left_shift,
+    "shr": np.right_shift,
 }
 
 _COMPARE = {

@@ -136,8 +136,11 @@ class Var(Expr):
         return self.name
 
 
+BIT_OPS = ("bitand", "bitor", "bitxor", "shl", "shr")  # on integers only
+
+
 class Binary(Expr):
-    """Arithmetic: add sub mul div floordiv mod min max pow."""
+    """Arithmetic: add sub mul div floordiv mod min max pow; bitwise (``BIT_OPS``)."""
 
     __slots__ = ("op", "a", "b", "dtype")
 
@@ -300,6 +303,11 @@ _SYMBOLS = {
     "div": "/",
     "floordiv": "//",
     "mod": "%",
+    "bitand": "&",
+    "bitor": "|",
+    "bitxor": "^",
+    "shl": "<<",
+    "shr": ">>",
     "lt": "<",
     "le": "<=",
     "eq": "==",
@@ -348,7 +356,7 @@ def binary(op: str, a: object, b: object) -> Expr:
     ea, eb = _coerce_pair(a, b)
     if ea.dtype in SUB_BYTE_DTYPES:
         raise TypeError(f"{ea.dtype} is storage-only: te.cast it before {op}")
-    if op in ("floordiv", "mod") and ea.dtype in FLOAT_DTYPES:
+    if op in ("floordiv", "mod", *BIT_OPS) and ea.dtype in FLOAT_DTYPES:
         raise TypeError(f"{op} needs integer operands")
     if op == "div" and ea.dtype in INT_DTYPES + NARROW_INT_DTYPES:
         raise TypeError("'/' on integers is ambiguous; use '//' for floor division")

@@ -12,7 +12,7 @@ import numpy as np
 from autotune import te
 from autotune.te import tensor as T
 from autotune.te.evaluate import int_power
-from autotune.te.expr import Call, Expr, IntImm, Not, any_of, as_expr, compare, const
+from autotune.te.expr import Call, Expr, IntImm, Not, any_of, as_expr, binary, compare, const, int_range
 from autotune.te.ops.elementwise import erf_expr, gelu_expr
 
 from ..ir import GraphError, Node, TensorType
@@ -417,6 +417,46 @@ for _name, _cmp, _npc in (
 _binary("And", lambda a, x, y: np.logical_and(x, y), lambda a, d, x, y: compare("and", x, y), BOOL)
 _binary("Or", lambda a, x, y: np.logical_or(x, y), lambda a, d, x, y: compare("or", x, y), BOOL)
 _binary("Xor", lambda a, x, y: np.logical_xor(x, y), lambda a, d, x, y: compare("ne", x, y), BOOL)
+for _name, _bop, _npb in (
+    ("BitwiseAnd", "bitand", np.bitwise_and),
+    ("BitwiseOr", "bitor", np.bitwise_or),
+    ("BitwiseXor", "bitxor", np.bitwise_xor),
+):
+    _binary(
+        _name, lambda a, x, y, f=_npb: f(x, y), lambda a, d, x, y, o=_bop: binary(o, x, y), INT_KERNEL_DTYPES
+    )
+_unary(
+    "BitwiseNot",
+    lambda a, x: np.invert(x),
+    lambda a, d, v: binary("bitxor", v, const(-1 if int_range(d)[0] else int_range(d)[1], d)),  # all ones
+    INT_KERNEL_DTYPES,
+)
+
+
+def _check_shift(node: Node) -> str | None:
+    direction = node.attrs.get("direction")
+    return None if direction in ("LEFT", "RIGHT") else f"direction={direction!r}"
+
+
+def _shift(a: dict, d: str, x: Expr, y: Expr) -> Expr:
+    """``x << y`` (bits past the top discarded) / ``x >> y`` (arithmetic for a signed x); a shift by a
+    negative amount or by the type's width or more gives what the sign fill alone gives: -1 for a
+    right shift of a negative x, else 0 (ONNX's rule; numpy's too, C's is undefined)."""
+    bits, zero = 8 * np.dtype(d).itemsize, const(0, d)
+    inside = compare("and", compare("le", zero, y), compare("lt", y, const(bits, d)))
+    if a.get("direction") == "LEFT":
+        return T.select(inside, binary("shl", x, y), zero)
+    fill = zero if d.startswith("u") else T.select(compare("lt", x, zero), const(-1, d), zero)
+    return T.select(inside, binary("shr", x, y), fill)
+
+
+_binary(
+    "BitShift",
+    lambda a, x, y: (np.left_shift if a.get("direction") == "LEFT" else np.right_shift)(x, y),
+    _shift,
+    INT_KERNEL_DTYPES,
+    check=_check_shift,
+)
 
 
 # --- variadic ---------------------------------------------------------------------------------------
