@@ -91,13 +91,23 @@ def test_integer_arithmetic_wraps_like_numpy(dtype: str, tmp_path) -> None:  # n
         np.testing.assert_array_equal(got[name].astype(object), want[name], err_msg=name)
 
 
-def test_reduce_max_of_unsigned_zeros(tmp_path) -> None:  # noqa: ANN001
-    """The identity of a max over unsigned values is 0 (their lowest), not a wrapped negative."""
+def test_reduce_identities_of_integer_and_bool_types(tmp_path) -> None:  # noqa: ANN001
+    """A max over unsigned values starts from 0 (their lowest), not a wrapped negative; a max / min
+    over bools is any / all (rows of all False and all True included)."""
+    rng = np.random.default_rng(2)
     x = np.zeros((3, 5), np.uint32)
     x[0, 1] = 7
-    nodes = [helper.make_node("ReduceMax", ["x", "axis1"], ["m"], keepdims=0)]
-    (m,) = _run(nodes, {"x": x}, ["m"], tmp_path)
+    b = rng.integers(0, 2, size=(6, 5)).astype(bool)
+    b[0], b[1] = False, True
+    nodes = [
+        helper.make_node("ReduceMax", ["x", "axis1"], ["m"], keepdims=0),
+        helper.make_node("ReduceMax", ["b", "axis1"], ["any"], keepdims=0),
+        helper.make_node("ReduceMin", ["b", "axis1"], ["all"], keepdims=0),
+    ]
+    m, anyb, allb = _run(nodes, {"x": x, "b": b}, ["m", "any", "all"], tmp_path)
     np.testing.assert_array_equal(m, np.array([7, 0, 0], np.uint32))
+    np.testing.assert_array_equal(anyb, b.any(axis=1))
+    np.testing.assert_array_equal(allb, b.all(axis=1))
 
 
 SUB_BYTE = ["int4", "uint4", "int2", "uint2"]

@@ -28,7 +28,7 @@ from .base import (
     register,
     same,
 )
-from .elementwise import FLOAT, NUMERIC, _kernel_types
+from .elementwise import ANY, FLOAT, NUMERIC, _kernel_types
 from .te_build import nd_compute, read, reduce_over, tensor_arg
 
 
@@ -87,7 +87,7 @@ _REDUCE_NP: dict[str, Callable[[np.ndarray, tuple], np.ndarray]] = {
     "ReduceLogSum": lambda x, a: np.log(np.sum(x, axis=a, keepdims=True)),
     "ReduceLogSumExp": lambda x, a: np.log(np.sum(np.exp(x), axis=a, keepdims=True)),
 }
-_REDUCE_TYPES = {"ReduceSum": NUMERIC, "ReduceMax": NUMERIC, "ReduceMin": NUMERIC}
+_REDUCE_TYPES = {"ReduceSum": NUMERIC, "ReduceMax": ANY, "ReduceMin": ANY}  # of bools: any / all
 
 
 MAX_PRODUCT_TERMS = 64  # a run-time ReduceProd is an unrolled product of at most this many elements
