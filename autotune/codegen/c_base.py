@@ -100,7 +100,8 @@ def int_literal(value: int, dtype: str) -> str:
 def int_cast(src: str, dst: str, text: str) -> str:
     """A conversion involving a sub-byte or narrow integer type (``src`` not a 16-bit float), as
     numpy / ml_dtypes convert: integers wrap (keep the low bits); a float truncates toward zero,
-    into an 8/16/32-bit integer through ``long long`` (wraps where that fits), into a sub-byte type
+    into an 8/16/32-bit integer through ``long long`` (wraps where that fits), a negative one into
+    uint64 through ``long long`` too, into a sub-byte type
     only when the truncated value is in range (else 0, ml_dtypes' rule); a sub-byte value reads as
     its sign- or zero-extended value."""
     if src in SUB_BYTE_DTYPES:
@@ -120,7 +121,9 @@ def int_cast(src: str, dst: str, text: str) -> str:
             inside = f"({text}) > {lo - 1}.0f && ({text}) < {hi + 1}.0f"
             return f"(({inside}) ? (unsigned char)((int)({text}) & {mask}) : 0)"
         return f"((unsigned char)(({text}) & {mask}))"
-    if src in FLOAT_DTYPES and dst in NARROW_INT_DTYPES and dst != "uint64":
+    if src in FLOAT_DTYPES and dst == "uint64":  # a negative value wraps, as through int64
+        return f"(({text}) < 0 ? (unsigned long long)(long long)({text}) : (unsigned long long)({text}))"
+    if src in FLOAT_DTYPES and dst in NARROW_INT_DTYPES:
         return f"(({C_TYPES[dst]})(long long)({text}))"
     return f"(({C_TYPES[dst]})({text}))"
 
