@@ -98,7 +98,7 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
         if v not in inputs:
             inputs.append(v)
         if pos in _POSITIVE.get(user.op, ()):
-            ranges[v] = (1, 4) if g.types[v].dtype.startswith("int") else (0.5, 1.5)
+            ranges[v] = (1, 4) if g.types[v].dtype.startswith(("int", "uint")) else (0.5, 1.5)
         if user.op in INDEXING_OPS and pos == 1 and user.inputs[0] in g.types:
             ranges[v] = (0, index_bound(user, g.types[user.inputs[0]].shape))
         return ["in", inputs.index(v)]
