@@ -20,16 +20,24 @@ def _code(dtype: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def _run(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], tmp_path) -> list[np.ndarray]:  # noqa: ANN001
+def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], consts: dict | None = None):  # noqa: ANN202
+    """A one-graph model of ``nodes`` (the constant ``axis1`` = [1] and ``consts`` as initializers),
+    its outputs typed by onnx's shape inference."""
+    consts = {"axis1": np.array([1], np.int64), **(consts or {})}
     graph = helper.make_graph(
         nodes,
         "ints",
         [helper.make_tensor_value_info(n, _code(str(a.dtype)), a.shape) for n, a in inputs.items()],
-        [onnx.ValueInfoProto(name=o) for o in outputs],  # typed by onnx's shape inference below
-        initializer=[numpy_helper.from_array(np.array([1], np.int64), "axis1")],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model = onnx.shape_inference.infer_shapes(model)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _run(nodes: list, inputs: dict, outputs: list[str], tmp_path, model=None) -> list[np.ndarray]:  # noqa: ANN001
+    """``nodes`` (or ``model``) compiled for the CPU with no database and run on ``inputs``."""
+    model = model or _model(nodes, inputs, outputs)
     module = compile_model(from_onnx(model), db=None, verbose=False, cache_dir=str(tmp_path), workers=1)
     return module.run(inputs)
 
@@ -280,3 +288,32 @@ def test_bitwise_operators(tmp_path) -> None:  # noqa: ANN001
         dt = name.rsplit("_", 1)[1]
         assert got[name].dtype == np.dtype(dt), name
         np.testing.assert_array_equal(got[name].astype(object), want[name], err_msg=name)
+
+
+def test_sub_byte_values_move_through_data_movement(tmp_path) -> None:  # noqa: ANN001
+    """Pad (with a negative pad value), Concat, Gather, Slice, Expand and Flatten copy int4 values
+    unchanged, as onnx's reference evaluator computes them."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(9)
+    q = rng.integers(-8, 8, size=(4, 6)).astype(ml_dtypes.int4)
+    consts = {
+        "pads": np.array([0, 1, 0, 2], np.int64), "pv": np.array(-3, np.int8).astype(ml_dtypes.int4),
+        "idx": np.array([2, 0, 1], np.int64), "st": np.array([1], np.int64), "en": np.array([5], np.int64),
+        "ax": np.array([1], np.int64), "shp": np.array([2, 4, 6], np.int64),
+    }
+    nodes = [
+        helper.make_node("Pad", ["q", "pads", "pv"], ["pad"]),
+        helper.make_node("Concat", ["q", "q"], ["cat"], axis=1),
+        helper.make_node("Gather", ["q", "idx"], ["g"], axis=0),
+        helper.make_node("Slice", ["q", "st", "en", "ax"], ["sl"]),
+        helper.make_node("Expand", ["q", "shp"], ["ex"]),
+        helper.make_node("Flatten", ["q"], ["fl"]),
+    ]
+    outs = ["pad", "cat", "g", "sl", "ex", "fl"]
+    model = _model(nodes, {"q": q}, outs, consts)
+    got = _run(nodes, {"q": q}, outs, tmp_path, model)
+    want = ReferenceEvaluator(model).run(None, {"q": q})
+    for name, g, w in zip(outs, got, want):
+        assert g.dtype == np.dtype(ml_dtypes.int4) and g.shape == w.shape, name
+        np.testing.assert_array_equal(g.astype(np.int64), w.astype(np.int64), err_msg=name)
