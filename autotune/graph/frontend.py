@@ -13,6 +13,7 @@ import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
 from .ops import KERNEL_DTYPES, OPS, attr_problem
+from .ops.functions import expand_functions
 
 
 class ModelImportError(GraphError):
@@ -132,7 +133,7 @@ def from_onnx(
     computations, Constant nodes) are folded unless ``fold`` is False."""
     import onnx
 
-    model = _load(source)
+    model = expand_functions(_load(source))
     problems = unsupported(model)
     g = model.graph
     _check_defined(

@@ -234,7 +234,8 @@ register("Split", REWRITE)(_Split)
 
 # --- Pad ----------------------------------------------------------------------------------------------
 def pad_plan(node: Any, shape: Sequence[int], consts: Consts) -> tuple[list[tuple[int, int]], str, Any]:
-    """Per axis (begin, end) padding (negative: cropping), the mode, and the constant value operand."""
+    """Per axis (begin, end) padding (negative: cropping), the mode, and the constant value operand
+    (None: a value computed at run time)."""
     nd = len(shape)
     pads = node.attrs.get("pads")
     given = operand(node, consts, 1, "pads")
@@ -253,9 +254,14 @@ def pad_plan(node: Any, shape: Sequence[int], consts: Consts) -> tuple[list[tupl
     if isinstance(mode, bytes):
         mode = mode.decode()
     value = node.attrs.get("value", 0.0)
-    v = operand(node, consts, 2, "value")
-    if v is not None:
-        value = v.reshape(-1)[0] if v.size else 0
+    if len(node.inputs) > 2 and node.inputs[2] and "_value" not in node.attrs and (
+        len(consts) <= 2 or consts[2] is None
+    ):
+        value = None  # computed at run time: the kernel reads operand 2
+    else:
+        v = operand(node, consts, 2, "value")
+        if v is not None:
+            value = v.reshape(-1)[0] if v.size else 0
     for a, (b, e) in enumerate(plan):
         if shape[a] + b + e < 0 or (mode in ("reflect", "edge", "wrap") and shape[a] == 0 and (b or e)):
             raise GraphError(f"Pad node {node.name!r}: pads {b}, {e} do not fit axis {a} of size {shape[a]}")
@@ -317,7 +323,10 @@ class _Pad:
                 return x[tuple(idx)]
             # clamp the index read where the select discards it, so every load stays in bounds
             safe = [T.min(T.max(j, 0), x.shape[d] - 1) for d, j in enumerate(idx)]
-            return T.select(all_of(*inside), x[tuple(safe)], scalar_expr(value, x.dtype))
+            return T.select(all_of(*inside), x[tuple(safe)], fill)
+
+        given = args[2] if len(args) > 2 else None
+        fill = given[(0,) * given.ndim] if isinstance(given, te.Tensor) else scalar_expr(value, x.dtype)
 
         return nd_compute(shape, fn, name, "pad")
 
