@@ -59,13 +59,14 @@ def expand_functions(model: Any) -> Any:
     """``model`` with every node of a function operator (kind ``function``) replaced by its function body
     (internal values prefixed by the node's name); the model itself when it has none."""
     import onnx
-    from onnx.backend.test.case.node import function_testcase_helper
 
     for _ in range(MAX_EXPANSION_ROUNDS):
         todo = {i for i, n in enumerate(model.graph.node)
                 if n.domain in ("", "ai.onnx") and n.op_type in OPS and OPS[n.op_type].kind == FUNCTION}
         if not todo:
             return model
+        # onnx's own expansion of a node into its function body (what writes its *_expanded tests)
+        from onnx.backend.test.case.node import function_testcase_helper
         types = _value_types(model)
         out = onnx.ModelProto()
         out.CopyFrom(model)
