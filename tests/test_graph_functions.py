@@ -1,6 +1,7 @@
 """Operators ONNX defines as functions (Attention, SwiGLU, ...) are expanded into their function body
 at import and compile with its operators' kernels: checked against numpy in float64 on fresh random
-inputs; an operator whose body needs what the compiler lacks stays unlisted."""
+inputs; an operator whose body needs what the compiler lacks stays unlisted. An If on a constant
+condition is replaced by its branch; AffineGrid is a kernel of its own."""
 
 from __future__ import annotations
 
@@ -49,15 +50,55 @@ def test_swiglu(tmp_path) -> None:  # noqa: ANN001
     np.testing.assert_allclose(y, a64 / (1 + np.exp(-1.5 * a64)) * b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_function_whose_body_is_not_compiled_stays_unlisted() -> None:
-    assert "Attention" in supported_ops() and "AffineGrid" not in supported_ops()  # its body needs If
+def branches(cond: str, then_value: float, else_value: float):  # noqa: ANN201
+    """An If on ``cond`` adding one of two constants to x."""
     vi = helper.make_tensor_value_info
-    size = helper.make_tensor("size", TensorProto.INT64, [4], [1, 1, 2, 3])
-    ins, outs = [vi("theta", TensorProto.FLOAT, [1, 2, 3])], [vi("grid", TensorProto.FLOAT, [1, 2, 3, 2])]
-    g = helper.make_graph([helper.make_node("AffineGrid", ["theta", "size"], ["grid"])], "f", ins, outs,
-                          initializer=[size])
-    with pytest.raises(UnsupportedModelError, match=r"AffineGrid \(node"):
-        from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]))
+
+    def branch(v: float, name: str):  # noqa: ANN202
+        c = helper.make_node("Constant", [], [name + "_c"], value_float=v)
+        add = helper.make_node("Add", ["x", name + "_c"], [name + "_y"])
+        return helper.make_graph([c, add], name, [], [vi(name + "_y", TensorProto.FLOAT, [2, 3])])
+
+    return helper.make_node("If", [cond], ["y"], then_branch=branch(then_value, "then"),
+                            else_branch=branch(else_value, "else"))
+
+
+def test_an_if_on_a_constant_condition_takes_its_branch_and_one_at_run_time_is_refused(tmp_path) -> None:  # noqa: ANN001
+    vi = helper.make_tensor_value_info
+    x = np.random.default_rng(53).standard_normal((2, 3)).astype(np.float32)
+    flag = helper.make_tensor("flag", TensorProto.INT64, [1], [3])
+    nodes = [helper.make_node("Size", ["flag"], ["n"]), helper.make_node("Equal", ["n", "n"], ["cond"]),
+             branches("cond", 2.0, -2.0)]
+    xy = [vi("x", TensorProto.FLOAT, [2, 3])], [vi("y", TensorProto.FLOAT, [2, 3])]
+    g = helper.make_graph(nodes, "if", *xy, initializer=[flag])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    module = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=str(tmp_path), workers=1)
+    np.testing.assert_array_equal(module.run({"x": x})[0], x + np.float32(2.0))
+    g = helper.make_graph([branches("c", 2.0, -2.0)], "if",
+                          [vi("x", TensorProto.FLOAT, [2, 3]), vi("c", TensorProto.BOOL, [])],
+                          [vi("y", TensorProto.FLOAT, [2, 3])])
+    with pytest.raises(UnsupportedModelError, match=r"If \(node"):
+        from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    assert "LinearAttention" not in supported_ops()  # its body needs Scan
+
+
+@pytest.mark.parametrize("size,align", [((2, 1, 3, 4), 0), ((1, 1, 2, 3, 4), 1)], ids=["2d", "3d-aligned"])
+def test_affine_grid(size: tuple, align: int, tmp_path) -> None:  # noqa: ANN001
+    s = len(size) - 2
+    theta = np.random.default_rng(54 + s).standard_normal((size[0], s, s + 1)).astype(np.float32)
+    vi = helper.make_tensor_value_info
+    sizes = helper.make_tensor("size", TensorProto.INT64, [len(size)], list(size))
+    g = helper.make_graph([helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)],
+                          "grid", [vi("theta", TensorProto.FLOAT, theta.shape)],
+                          [vi("grid", TensorProto.FLOAT, [size[0], *size[2:], s])], initializer=[sizes])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    module = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=str(tmp_path), workers=1)
+    (grid,) = module.run({"theta": theta})
+    for pos in np.ndindex(*size[2:]):  # each position's normalised coordinates, x (last axis) first
+        coords = [(-1 + 2 * i / (n - 1)) if align else (-1 + (2 * i + 1) / n) for i, n in zip(pos, size[2:])]
+        point = np.array([*coords[::-1], 1.0])
+        np.testing.assert_allclose(grid[(slice(None), *pos)], theta.astype(np.float64) @ point, rtol=1e-5,
+                                   atol=1e-6)
 
 
 def test_pad_with_a_value_computed_at_run_time(tmp_path) -> None:  # noqa: ANN001
