@@ -317,3 +317,46 @@ def test_sub_byte_values_move_through_data_movement(tmp_path) -> None:  # noqa: 
     for name, g, w in zip(outs, got, want):
         assert g.dtype == np.dtype(ml_dtypes.int4) and g.shape == w.shape, name
         np.testing.assert_array_equal(g.astype(np.int64), w.astype(np.int64), err_msg=name)
+
+
+def test_quantize_and_dequantize_at_run_time(tmp_path) -> None:  # noqa: ANN001
+    """QuantizeLinear (round half to even, saturating) and DequantizeLinear with per-tensor, per-axis
+    and blocked scales and zero points computed at run time, into and from int8 / uint8 / uint16 /
+    int4, against numpy in float32 (ties included: x / scale lands on halves)."""
+    rng = np.random.default_rng(13)
+    x = (rng.integers(-600, 600, size=(2, 6, 4)) * 0.25).astype(np.float32)
+    inputs = {
+        "x": x,
+        "s_t": np.array(0.5, np.float32), "z_t": np.array(3, np.int8),
+        "s_a": rng.uniform(0.2, 2.0, size=(6,)).astype(np.float32),
+        "z_a": rng.integers(0, 256, size=(6,)).astype(np.uint8),
+        "s_b": rng.uniform(0.5, 4.0, size=(2, 6, 2)).astype(np.float32),
+        "z_b": rng.integers(-8, 8, size=(2, 6, 2)).astype(ml_dtypes.int4),
+        "s_u": np.array([0.01], np.float32), "z_u": np.array([30000], np.uint16),
+    }
+    blocked = {"axis": 2, "block_size": 3}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s_t", "z_t"], ["q_t"]),
+        helper.make_node("QuantizeLinear", ["x", "s_a", "z_a"], ["q_a"], axis=1),
+        helper.make_node("QuantizeLinear", ["x", "s_b", "z_b"], ["q_b"], **blocked),
+        helper.make_node("QuantizeLinear", ["x", "s_u", "z_u"], ["q_u"]),
+        helper.make_node("DequantizeLinear", ["q_t", "s_t", "z_t"], ["d_t"]),
+        helper.make_node("DequantizeLinear", ["q_a", "s_a", "z_a"], ["d_a"], axis=1),
+        helper.make_node("DequantizeLinear", ["q_b", "s_b", "z_b"], ["d_b"], **blocked),
+    ]
+    outs = ["q_t", "q_a", "q_b", "q_u", "d_t", "d_a", "d_b"]
+    got = dict(zip(outs, _run(nodes, inputs, outs, tmp_path)))
+    per = {
+        "t": (inputs["s_t"], inputs["z_t"]),
+        "a": (inputs["s_a"].reshape(1, 6, 1), inputs["z_a"].reshape(1, 6, 1)),
+        "b": (np.repeat(inputs["s_b"], 3, axis=2)[:, :, :4], np.repeat(inputs["z_b"], 3, axis=2)[:, :, :4]),
+        "u": (inputs["s_u"], inputs["z_u"]),
+    }
+    for key, (s, z) in per.items():
+        info = ml_dtypes.iinfo(z.dtype)
+        q = np.clip(np.rint(x / s) + z.astype(np.float32), int(info.min), int(info.max))
+        assert got[f"q_{key}"].dtype == z.dtype, key
+        np.testing.assert_array_equal(got[f"q_{key}"].astype(np.int64), q.astype(np.int64), err_msg=key)
+        if f"d_{key}" in got:
+            d = (q.astype(np.float32) - z.astype(np.float32)) * s
+            np.testing.assert_array_equal(got[f"d_{key}"], d.astype(np.float32), err_msg=key)

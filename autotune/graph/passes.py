@@ -9,6 +9,7 @@
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
+- ``lower_quantize``     QuantizeLinear / DequantizeLinear -> Cast / Sub / Mul, Div / Round / Clip / Cast
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``one_output_per_node`` a kernel node with several outputs -> one node per output
@@ -320,6 +321,19 @@ class _Emitter:
         return _add_const(self.g, f"{self.prefix}_{base}", arr)
 
 
+def _lower_nodes(graph: Graph, ops: tuple[str, ...], lower: Callable[[Graph, Node, _Emitter], None]) -> Graph:
+    """Every node of ``ops`` replaced by the nodes ``lower`` emits for it (the others kept, in order)."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op in ops:
+            lower(g, n, _Emitter(g, out, n.name))
+        else:
+            out.append(n)
+    g.nodes = out
+    return infer_types(remove_identities(eliminate_dead_code(g)))
+
+
 def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
     """A training-mode BatchNormalization: the batch's mean and (population) variance over every
     axis but the channels normalize x; running mean / variance outputs are
@@ -367,13 +381,7 @@ def lower_losses(graph: Graph) -> Graph:
     product and the reduction (the mean divides by the weights counted)."""
     from .ops.loss import ignore_index
 
-    g = graph.copy()
-    out: list[Node] = []
-    for n in g.nodes:
-        if n.op not in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"):
-            out.append(n)
-            continue
-        em = _Emitter(g, out, n.name)
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
         x, t = n.inputs[0], n.inputs[1]
         w = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
         xt, tt = g.types[x], g.types[t]
@@ -411,8 +419,65 @@ def lower_losses(graph: Graph) -> Graph:
             total = em.node("ReduceSum", [loss], scalar, "total", {"keepdims": 0})
             em.node("Div", [total, em.node("ReduceSum", [weight], scalar, "count", {"keepdims": 0})], scalar,
                     "loss", dst=y)
-    g.nodes = out
-    return infer_types(remove_identities(eliminate_dead_code(g)))
+
+    return _lower_nodes(graph, ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"), lower)
+
+
+def lower_quantize(graph: Graph) -> Graph:
+    """QuantizeLinear / DequantizeLinear -> the operators they are made of (see ops/quantize.py): the
+    scale and zero point made to broadcast against x (a Reshape per axis, a Gather of each block's
+    entry), then ``(float(x) - float(zp)) * scale``, or ``Cast(Clip(Round(x / scale) + float(zp)))``
+    saturating to the quantized type's range."""
+    from .ops.quantize import QUANT_RANGES, granularity
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        x = n.inputs[0]
+        xt = g.types[x]
+        f32 = TensorType(xt.shape, "float32")
+
+        def spread(v: str, base: str) -> str:
+            t = g.types[v]
+            kind, axis, block = granularity(n, xt.shape, t.shape)
+            if kind == "blocked":
+                blocks = em.const(f"{base}_blocks", np.arange(xt.shape[axis], dtype=np.int64) // block)
+                shape = tuple(xt.shape[axis] if d == axis else s for d, s in enumerate(t.shape))
+                return em.node("Gather", [v, blocks], TensorType(shape, t.dtype), base, {"axis": axis})
+            shape = tuple(t.size if d == axis and kind == "axis" else 1 for d in range(len(xt.shape)))
+            if t.shape in (shape, ()):
+                return v
+            return em.node("Reshape", [v, em.const(f"{base}_shape", np.asarray(shape, np.int64))],
+                           TensorType(shape, t.dtype), base)
+
+        def as_float(v: str, base: str) -> str:
+            t = g.types[v]
+            return v if t.dtype == "float32" else em.node("Cast", [v], TensorType(t.shape, "float32"), base,
+                                                          {"to": 1})
+
+        zp = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+        scale = spread(n.inputs[1], "scale")
+        y, yt = n.outputs[0], g.types[n.outputs[0]]
+        if n.op == "DequantizeLinear":
+            v = as_float(x, "values")
+            if zp:
+                v = em.node("Sub", [v, as_float(spread(zp, "zero"), "zero_f")], f32, "centred")
+            em.node("Mul", [v, scale], f32, "scaled", dst=y)
+            return
+        v = em.node("Round", [em.node("Div", [x, scale], f32, "ratio")], f32, "rounded")
+        if zp:
+            v = em.node("Add", [v, as_float(spread(zp, "zero"), "zero_f")], f32, "shifted")
+        lo, hi = QUANT_RANGES[yt.dtype]
+        bounds = [em.const("lo", np.float32(lo)), em.const("hi", np.float32(hi))]
+        v = em.node("Clip", [v, *bounds], f32, "saturated")
+        em.node("Cast", [v], yt, "quantized", {"to": _onnx_code(yt.dtype)}, dst=y)
+
+    return _lower_nodes(graph, ("QuantizeLinear", "DequantizeLinear"), lower)
+
+
+def _onnx_code(dtype: str) -> int:
+    """ONNX's element type code of a dtype."""
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(numpy_dtype(dtype))
 
 
 # --- canonicalization -------------------------------------------------------------------------------
@@ -702,12 +767,10 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
 def castlike_to_cast(graph: Graph) -> Graph:
     """CastLike -> Cast to the element type of its second operand (only the type is read), so a
     CastLike of a constant folds even where its second operand is computed at run time."""
-    from onnx import helper
-
     g = graph.copy()
     for n in g.nodes:
         if n.op == "CastLike" and len(n.inputs) > 1 and g.types.get(n.inputs[1]) is not None:
-            code = helper.np_dtype_to_tensor_dtype(numpy_dtype(g.types[n.inputs[1]].dtype))  # ONNX's code
+            code = _onnx_code(g.types[n.inputs[1]].dtype)
             n.op, n.inputs, n.attrs = "Cast", n.inputs[:1], {"to": code, **n.attrs}
     return infer_types(g)
 
@@ -945,7 +1008,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
-    g = remove_identities(lower_losses(g))
+    g = remove_identities(lower_quantize(lower_losses(g)))
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)

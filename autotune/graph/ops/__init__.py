@@ -1,7 +1,7 @@
 """Operator definitions of the graph IR, one place per operator (see :mod:`.base`): importing this
 package registers every operator in ``OPS``."""
 
-from . import elementwise, functions, grid, loss, movement, nn, reduce, resample, scatter, shape  # noqa: F401
+from . import elementwise, functions, grid, loss, movement, nn, quantize, reduce, resample, scatter, shape  # noqa: F401
 from .base import (
     ALIAS,
     ANCHOR,

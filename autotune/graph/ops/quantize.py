@@ -1,0 +1,150 @@
+"""QuantizeLinear and DequantizeLinear: per-tensor, per-axis and blocked scales and zero points.
+
+Both are written by ``passes.lower_quantize`` as the operators they are made of, so they compute at
+run time with those operators' kernels: the scale and zero point brought to a form that broadcasts
+against x (a Reshape for per-axis, a Gather of each block's entry for blocked), then
+``(float(x) - float(zero_point)) * scale`` to dequantize and
+``Cast(Clip(Round(x / scale) + float(zero_point), lo, hi))`` to quantize (round half to even,
+saturated to the integer type's range, as ONNX specifies). Kernels take the integer types (the
+8/16-bit ones and the sub-byte int4/uint4/int2/uint2; int32 for DequantizeLinear) with float32
+values and scales; float8/float4 quantized values are folded on constants only."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import GraphError, Node, TensorType
+from .base import REWRITE, Consts, Types, norm_axis, register, same
+from .elementwise import _cast_np, onnx_dtype
+
+# quantized integer types whose kernels compile, with their ranges (QuantizeLinear saturates to them)
+QUANT_RANGES = {
+    "uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+    "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1),
+}
+
+
+def _check(node: Node) -> str | None:
+    precision = int(node.attrs.get("precision", 0))
+    if precision not in (0, 1):
+        return f"precision={precision} (the division is compiled in float32)"
+    return None
+
+
+def granularity(node: Node, x: tuple[int, ...], p: tuple[int, ...]) -> tuple[str, int, int]:
+    """How a scale / zero point of shape ``p`` maps onto x: ("tensor" | "axis" | "blocked", axis,
+    block size); GraphError when the shape fits none."""
+    block = int(node.attrs.get("block_size", 0))
+    if int(np.prod(p, dtype=np.int64)) == 1 and len(p) <= 1:
+        return "tensor", 0, 0
+    axis = norm_axis(int(node.attrs.get("axis", 1)), len(x), node.op)
+    if not block and len(p) == 1 and p[0] == x[axis]:
+        return "axis", axis, 0
+    if block > 0 and len(p) == len(x) and p[axis] == -(-x[axis] // block) and all(
+        a == b for d, (a, b) in enumerate(zip(p, x)) if d != axis
+    ):
+        return "blocked", axis, block
+    raise GraphError(
+        f"{node.op} node {node.name!r}: a scale / zero point of shape {p} fits neither per-tensor, per-axis "
+        f"(axis {node.attrs.get('axis', 1)}) nor blocked (block_size {block}) quantization of {x}"
+    )
+
+
+def broadcastable(node: Node, x: tuple[int, ...], value: np.ndarray) -> np.ndarray:
+    """A scale / zero point as numpy broadcasts it against x (each block's entry repeated)."""
+    kind, axis, block = granularity(node, x, value.shape)
+    if kind == "tensor":
+        return value.reshape(())
+    if kind == "axis":
+        return value.reshape([x[axis] if d == axis else 1 for d in range(len(x))])
+    return np.take(value, np.arange(x[axis]) // block, axis=axis)
+
+
+def output_dtype(node: Node, types: Types) -> str:
+    """QuantizeLinear's output type: the zero point's, else the ``output_dtype`` attribute's, else uint8."""
+    if len(types) > 2 and types[2] is not None:
+        return types[2].dtype
+    code = int(node.attrs.get("output_dtype", 0))
+    return str(onnx_dtype(code)) if code else "uint8"
+
+
+def _operands(node: Node, types: Types) -> tuple[TensorType, TensorType, TensorType | None]:
+    x, scale = same(types[0]), same(types[1])
+    zp = types[2] if len(types) > 2 else None
+    kind = granularity(node, x.shape, scale.shape)
+    if zp is not None and granularity(node, x.shape, zp.shape) != kind:
+        raise GraphError(f"{node.op} node {node.name!r}: zero point {zp.shape}, scale {scale.shape}")
+    return x, scale, zp
+
+
+def _folded(node: Node, consts: Consts) -> bool:
+    return all(c is not None for c, i in zip(consts, node.inputs) if i)
+
+
+class _Dequantize:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x, scale, zp = _operands(node, types)
+        code = int(node.attrs.get("output_dtype", 0))
+        out = str(onnx_dtype(code)) if code else scale.dtype
+        if not _folded(node, consts):
+            ok = x.dtype in QUANT_RANGES or x.dtype == "int32"
+            if not ok or scale.dtype != "float32" or out != "float32":
+                raise GraphError(
+                    f"DequantizeLinear node {node.name!r}: {x.dtype} values with a {scale.dtype} scale to "
+                    f"{out} are not compiled (integer values, float32 scales and results)"
+                )
+            if zp is not None and zp.dtype != x.dtype:
+                raise GraphError(f"DequantizeLinear node {node.name!r}: zero point {zp.dtype}, x {x.dtype}")
+        return [TensorType(x.shape, out)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, scale = np.asarray(xs[0]), np.asarray(xs[1])
+        d = x.astype(np.float32)
+        if len(xs) > 2 and xs[2] is not None and "float" not in str(x.dtype):
+            d = d - broadcastable(node, x.shape, np.asarray(xs[2])).astype(np.float32)
+        code = int(node.attrs.get("output_dtype", 0))
+        out = onnx_dtype(code) if code else scale.dtype
+        return [(d * broadcastable(node, x.shape, scale)).astype(out)]
+
+
+class _Quantize:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x, scale, _ = _operands(node, types)
+        out = output_dtype(node, types)
+        if not _folded(node, consts):
+            if out not in QUANT_RANGES:
+                raise GraphError(
+                    f"QuantizeLinear node {node.name!r}: target type {out} is not compiled (kernels "
+                    f"quantize to {', '.join(QUANT_RANGES)})"
+                )
+            if x.dtype != "float32" or scale.dtype != "float32":
+                raise GraphError(
+                    f"QuantizeLinear node {node.name!r}: input is {x.dtype} with a {scale.dtype} scale; "
+                    "only float32 is compiled"
+                )
+        return [TensorType(x.shape, out)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, scale = np.asarray(xs[0]), np.asarray(xs[1])
+        zp = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else None
+        code = int(node.attrs.get("output_dtype", 0)) or 2  # default uint8
+        out = np.dtype(zp.dtype) if zp is not None else onnx_dtype(code)
+        q = x / broadcastable(node, x.shape, scale)
+        if out.name in QUANT_RANGES:
+            with np.errstate(invalid="ignore"):
+                qi = np.rint(q).astype(np.int32)
+            if zp is not None:
+                qi = qi + broadcastable(node, x.shape, zp).astype(np.int32)
+            lo, hi = QUANT_RANGES[out.name]
+            return [np.clip(qi, lo, hi).astype(out)]
+        if "float4" in out.name and zp is not None:
+            q = q + broadcastable(node, x.shape, zp).astype(np.float32)
+        return [_cast_np(np.asarray(q), out, bool(node.attrs.get("saturate", 1)))]
+
+
+register("DequantizeLinear", REWRITE, _check)(_Dequantize)
+register("QuantizeLinear", REWRITE, _check)(_Quantize)
