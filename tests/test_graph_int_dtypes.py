@@ -360,3 +360,18 @@ def test_quantize_and_dequantize_at_run_time(tmp_path) -> None:  # noqa: ANN001
         if f"d_{key}" in got:
             d = (q.astype(np.float32) - z.astype(np.float32)) * s
             np.testing.assert_array_equal(got[f"d_{key}"], d.astype(np.float32), err_msg=key)
+
+
+def test_dynamic_quantize_linear(tmp_path) -> None:  # noqa: ANN001
+    """DynamicQuantizeLinear (expanded into its function body: run-time min / max, scale, zero point,
+    QuantizeLinear) against ONNX's formula in float32 on fresh random inputs."""
+    rng = np.random.default_rng(17)
+    x = rng.uniform(-3.0, 5.0, size=(3, 7)).astype(np.float32)
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])]
+    y, scale, zp = _run(nodes, {"x": x}, ["y", "scale", "zp"], tmp_path)
+    lo, hi = np.float32(min(0.0, x.min())), np.float32(max(0.0, x.max()))
+    s = np.float32((hi - lo) / np.float32(255))
+    z = np.clip(np.rint((np.float32(0) - lo) / s), 0, 255)
+    np.testing.assert_array_equal(scale, s)
+    np.testing.assert_array_equal(zp, z.astype(np.uint8))
+    np.testing.assert_array_equal(y, np.clip(np.rint(x / s) + z, 0, 255).astype(np.uint8))

@@ -16,7 +16,7 @@ from .base import OPS, Consts, Types, register
 
 # the function operators the compiler takes (every one of their node tests in float32 computes)
 FUNCTION_OPS = ("Attention", "RotaryEmbedding", "SwiGLU", "Swish", "CenterCropPad", "CausalConvWithState",
-                "HannWindow", "HammingWindow", "BlackmanWindow")
+                "HannWindow", "HammingWindow", "BlackmanWindow", "DynamicQuantizeLinear")
 FUNCTION = "function"  # the kind of an operator computed as its function body
 MAX_EXPANSION_ROUNDS = 4  # a body holding function operators is expanded again, this many times at most
 
