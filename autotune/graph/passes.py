@@ -10,6 +10,7 @@
 - ``remove_identities``  Identity / Dropout disappear
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
 - ``lower_quantize``     QuantizeLinear / DequantizeLinear -> Cast / Sub / Mul, Div / Round / Clip / Cast
+- ``lower_recurrent``    RNN / GRU / LSTM -> their steps unrolled over the static sequence
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``one_output_per_node`` a kernel node with several outputs -> one node per output
@@ -478,6 +479,164 @@ def _onnx_code(dtype: str) -> int:
     from onnx import helper
 
     return helper.np_dtype_to_tensor_dtype(numpy_dtype(dtype))
+
+
+def lower_recurrent(graph: Graph) -> Graph:
+    """RNN / GRU / LSTM -> their steps unrolled over the (static) sequence (see ops/recurrent.py)."""
+    from .ops.recurrent import GATES
+
+    return _lower_nodes(graph, tuple(GATES), lambda g, n, em: _Recurrence(g, n, em).lower())
+
+
+class _Recurrence:
+    """The nodes of one unrolled RNN / GRU / LSTM node (ONNX's gate order: GRU z, r, h; LSTM i, o,
+    f, c; peepholes i, o, f)."""
+
+    def __init__(self, g: Graph, n: Node, em: _Emitter) -> None:
+        from .ops.recurrent import GATES, activations, directions, shapes
+
+        self.g, self.n, self.em = g, n, em
+        self.hidden, self.dirs = int(n.attrs["hidden_size"]), directions(n)
+        self.gates, self.acts = GATES[n.op], activations(n)
+        self.seq, self.batch, self.size = shapes(n, g.types[n.inputs[0]])
+        self.clip = n.attrs.get("clip")
+
+    def arg(self, k: int) -> str:
+        return self.n.inputs[k] if len(self.n.inputs) > k and self.n.inputs[k] else ""
+
+    def t(self, *shape: int, dtype: str = "float32") -> TensorType:
+        return TensorType(tuple(shape), dtype)
+
+    def pick(self, v: str, k: int, shape: tuple[int, ...], base: str, axis: int = 0) -> str:
+        """Entry ``k`` of ``v`` along ``axis`` (that axis dropped)."""
+        at = self.em.const(base + "_at", np.asarray(k, np.int64))
+        return self.em.node("Gather", [v, at], self.t(*shape), base, {"axis": axis})
+
+    def block(self, v: str, k: int, shape: tuple[int, ...], base: str) -> str:
+        """The k-th block of ``hidden`` along the last axis of ``v`` (of ``shape`` once sliced)."""
+        h = self.hidden
+        attrs = {"_starts": [k * h], "_ends": [(k + 1) * h], "_axes": [-1], "_steps": [1]}
+        return self.em.node("Slice", [v], self.t(*shape), base, attrs)
+
+    def op(self, name: str, ins: list[str], base: str) -> str:
+        return self.em.node(name, ins, self.t(self.batch, self.hidden), base)
+
+    def activate(self, fn: str, v: str, base: str) -> str:
+        if self.clip is not None:
+            lo, hi = self.em.const("lo", np.float32(-self.clip)), self.em.const("hi", np.float32(self.clip))
+            v = self.op("Clip", [v, lo, hi], base + "_clip")
+        return self.op(fn, [v], base)
+
+    def lower(self) -> None:
+        n, em, h, gh = self.n, self.em, self.hidden, self.gates * self.hidden
+        x = n.inputs[0]
+        if n.attrs.get("layout", 0):
+            x = em.node("Transpose", [x], self.t(self.seq, self.batch, self.size), "x", {"perm": [1, 0, 2]})
+        ys, finals, cells = [], [], []
+        per = len(self.acts) // self.dirs
+        for d in range(self.dirs):
+            rt = em.node("Transpose", [self.pick(n.inputs[2], d, (gh, h), f"r{d}")], self.t(h, gh), f"rt{d}",
+                         {"perm": [1, 0]})
+            wt = em.node("Transpose", [self.pick(n.inputs[1], d, (gh, self.size), f"w{d}")],
+                         self.t(self.size, gh), f"wt{d}", {"perm": [1, 0]})
+            xw = em.node("MatMul", [x, wt], self.t(self.seq, self.batch, gh), f"xw{d}")
+            rb = ""
+            if self.arg(3):
+                b = self.pick(self.arg(3), d, (2 * gh,), f"b{d}")
+                wb = em.node("Slice", [b], self.t(gh), f"wb{d}",
+                             {"_starts": [0], "_ends": [gh], "_axes": [0], "_steps": [1]})
+                rb = em.node("Slice", [b], self.t(gh), f"rb{d}",
+                             {"_starts": [gh], "_ends": [2 * gh], "_axes": [0], "_steps": [1]})
+                xw = em.node("Add", [xw, wb], self.t(self.seq, self.batch, gh), f"xwb{d}")
+            zeros = em.const(f"zeros{d}", np.zeros((self.batch, h), np.float32))
+            axis = 1 if n.attrs.get("layout", 0) else 0  # initial states: [batch, dirs, hidden] in layout 1
+            state = self.pick(self.arg(5), d, (self.batch, h), f"h0_{d}", axis) if self.arg(5) else zeros
+            cell = self.pick(self.arg(6), d, (self.batch, h), f"c0_{d}", axis) if self.arg(6) else zeros
+            peep = []
+            if self.arg(7):
+                p = self.pick(self.arg(7), d, (3 * h,), f"p{d}")
+                peep = [self.block(p, k, (h,), f"p{d}_{k}") for k in range(3)]
+            forward = n.attrs.get("direction", "forward") == "forward" or (self.dirs == 2 and d == 0)
+            steps: dict[int, str] = {}
+            for t in range(self.seq) if forward else range(self.seq - 1, -1, -1):
+                s = f"{d}_{t}"
+                hr = em.node("MatMul", [state, rt], self.t(self.batch, gh), f"hr{s}")
+                if rb:
+                    hr = em.node("Add", [hr, rb], self.t(self.batch, gh), f"hrb{s}")
+                xt = self.pick(xw, t, (self.batch, gh), f"x{s}")
+                acts = self.acts[d * per : (d + 1) * per]
+                new_state, new_cell = self.step(s, xt, hr, state, cell, rt, rb, acts, peep)
+                steps[t] = new_state
+                if self.arg(4):  # past its sequence's length a batch entry keeps its state, outputs 0
+                    at = em.const(f"t{s}", np.asarray(t, self.g.types[self.arg(4)].dtype))
+                    live = em.node("Less", [at, self.arg(4)], self.t(self.batch, dtype="bool"), f"live{s}")
+                    live = em.node("Unsqueeze", [live], self.t(self.batch, 1, dtype="bool"), f"live2{s}",
+                                   {"axes": [1]})
+                    steps[t] = self.op("Where", [live, new_state, zeros], f"y{s}")
+                    new_state = self.op("Where", [live, new_state, state], f"h{s}")
+                    new_cell = self.op("Where", [live, new_cell, cell], f"c{s}") if new_cell else ""
+                state, cell = new_state, new_cell or cell
+            ys.append(self.stack([steps[t] for t in range(self.seq)], (self.seq, self.batch, h), 0, f"y{d}"))
+            finals.append(state)
+            cells.append(cell)
+        outs = [*n.outputs, "", ""][:3]
+        state_shape = (self.dirs, self.batch, h)
+        results = [(ys, (self.seq, self.dirs, self.batch, h)), (finals, state_shape), (cells, state_shape)]
+        for k, (vals, shape) in enumerate(results):
+            if outs[k]:
+                full = self.stack(vals, shape, 1 if k == 0 else 0, f"out{k}")
+                perm = [2, 0, 1, 3] if k == 0 else [1, 0, 2]
+                if n.attrs.get("layout", 0):
+                    moved = self.t(*[shape[q] for q in perm])
+                    em.node("Transpose", [full], moved, f"out{k}_t", {"perm": perm}, dst=outs[k])
+                else:
+                    em.node("Identity", [full], self.t(*shape), f"out{k}_id", dst=outs[k])
+
+    def stack(self, vals: list[str], shape: tuple[int, ...], axis: int, base: str) -> str:
+        one = self.t(*shape[:axis], 1, *shape[axis + 1 :])
+        parts = [self.em.node("Unsqueeze", [v], one, f"{base}_{k}", {"axes": [axis]})
+                 for k, v in enumerate(vals)]
+        return self.em.node("Concat", parts, self.t(*shape), base, {"axis": axis})
+
+    def step(self, s: str, xt: str, hr: str, state: str, cell: str, rt: str, rb: str, acts: list[str],
+             peep: list[str]) -> tuple[str, str]:
+        """One step: the new hidden state (and, for an LSTM, the new cell)."""
+        b, h = self.batch, self.hidden
+        gx = [self.block(xt, k, (b, h), f"gx{s}_{k}") for k in range(self.gates)]
+        gr = [self.block(hr, k, (b, h), f"gr{s}_{k}") for k in range(self.gates)]
+        pre = [self.op("Add", [gx[k], gr[k]], f"pre{s}_{k}") for k in range(self.gates)]
+        if self.n.op == "RNN":
+            return self.activate(acts[0], pre[0], f"h{s}_new"), ""
+        if self.n.op == "GRU":
+            z = self.activate(acts[0], pre[0], f"z{s}")
+            r = self.activate(acts[0], pre[1], f"r{s}")
+            if self.n.attrs.get("linear_before_reset", 0):
+                cand = self.op("Add", [gx[2], self.op("Mul", [r, gr[2]], f"rh{s}")], f"cand{s}")
+            else:
+                rth = self.em.node("Slice", [rt], self.t(h, h), f"rth{s}",
+                                   {"_starts": [2 * h], "_ends": [3 * h], "_axes": [1], "_steps": [1]})
+                hh = self.op("MatMul", [self.op("Mul", [r, state], f"rh{s}"), rth], f"rhr{s}")
+                if rb:
+                    rbh = self.block(rb, 2, (h,), f"rbh{s}")
+                    hh = self.op("Add", [hh, rbh], f"rhrb{s}")
+                cand = self.op("Add", [gx[2], hh], f"cand{s}")
+            hc = self.activate(acts[1], cand, f"hc{s}")
+            keep = self.op("Mul", [self.op("Sub", [self.em.const("one", np.float32(1.0)), z], f"zc{s}"), hc],
+                           f"keep{s}")
+            return self.op("Add", [keep, self.op("Mul", [z, state], f"zh{s}")], f"h{s}_new"), ""
+        # LSTM: gates i, o, f, c; peepholes i, o, f
+        def peeped(k: int, p: int, c: str, base: str) -> str:
+            if not peep:
+                return pre[k]
+            return self.op("Add", [pre[k], self.op("Mul", [peep[p], c], base + "_p")], base)
+
+        i = self.activate(acts[0], peeped(0, 0, cell, f"ip{s}"), f"i{s}")
+        f = self.activate(acts[0], peeped(2, 2, cell, f"fp{s}"), f"f{s}")
+        c_in = self.activate(acts[1], pre[3], f"cin{s}")
+        new_cell = self.op("Add", [self.op("Mul", [f, cell], f"fc{s}"), self.op("Mul", [i, c_in], f"ic{s}")],
+                           f"c{s}_new")
+        o = self.activate(acts[0], peeped(1, 1, new_cell, f"op{s}"), f"o{s}")
+        return self.op("Mul", [o, self.op(acts[2], [new_cell], f"hcell{s}")], f"h{s}_new"), new_cell
 
 
 # --- canonicalization -------------------------------------------------------------------------------
@@ -1008,7 +1167,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
-    g = remove_identities(lower_quantize(lower_losses(g)))
+    g = remove_identities(lower_recurrent(lower_quantize(lower_losses(g))))
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)

@@ -1,7 +1,20 @@
 """Operator definitions of the graph IR, one place per operator (see :mod:`.base`): importing this
 package registers every operator in ``OPS``."""
 
-from . import elementwise, functions, grid, loss, movement, nn, quantize, reduce, resample, scatter, shape  # noqa: F401
+from . import (  # noqa: F401 - registers the operators
+    elementwise,
+    functions,
+    grid,
+    loss,
+    movement,
+    nn,
+    quantize,
+    recurrent,
+    reduce,
+    resample,
+    scatter,
+    shape,
+)
 from .base import (
     ALIAS,
     ANCHOR,
