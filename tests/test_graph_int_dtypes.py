@@ -375,3 +375,38 @@ def test_dynamic_quantize_linear(tmp_path) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(scale, s)
     np.testing.assert_array_equal(zp, z.astype(np.uint8))
     np.testing.assert_array_equal(y, np.clip(np.rint(x / s) + z, 0, 255).astype(np.uint8))
+
+
+def test_integer_matrix_products(tmp_path) -> None:  # noqa: ANN001
+    """MatMulInteger and QLinearMatMul (a per-column b scale) on fresh random 8-bit operands: the
+    int32 product exact, the requantized result as onnx computes it (the product times the float32
+    combined scale in float64, rounded half to even, saturated); a sum too long to be exact in
+    float32 is refused by name."""
+    from autotune.graph.frontend import UnsupportedModelError
+    from autotune.graph.ops.quantize import EXACT_PRODUCT_TERMS
+
+    rng = np.random.default_rng(21)
+    k = EXACT_PRODUCT_TERMS
+    a = rng.integers(0, 256, size=(3, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, size=(k, 5)).astype(np.int8)
+    inputs = {
+        "a": a, "b": b, "az": np.array(131, np.uint8), "bz": np.array(-7, np.int8),
+        "a_s": np.array(0.02, np.float32), "b_s": rng.uniform(0.01, 0.03, size=(5,)).astype(np.float32),
+        "y_s": np.array(9.5, np.float32), "y_z": np.array(120, np.uint8),
+    }
+    nodes = [
+        helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["c"]),
+        helper.make_node("QLinearMatMul", ["a", "a_s", "az", "b", "b_s", "bz", "y_s", "y_z"], ["q"]),
+    ]
+    c, q = _run(nodes, inputs, ["c", "q"], tmp_path)
+    exact = (a.astype(np.int64) - 131) @ (b.astype(np.int64) + 7)
+    assert c.dtype == np.int32
+    np.testing.assert_array_equal(c, exact)
+    m = inputs["a_s"] * inputs["b_s"] / inputs["y_s"]  # float32, as onnx forms it
+    want = np.clip(np.rint(exact * m.astype(np.float64) + 120), 0, 255).astype(np.uint8)
+    assert q.dtype == np.uint8
+    np.testing.assert_array_equal(q, want)
+    long = {"a": np.zeros((2, k + 1), np.uint8), "b": np.zeros((k + 1, 2), np.uint8)}
+    model = _model([helper.make_node("MatMulInteger", ["a", "b"], ["c"])], long, ["c"])
+    with pytest.raises(UnsupportedModelError, match=f"sum of {k + 1} products"):
+        from_onnx(model)

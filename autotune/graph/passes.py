@@ -9,7 +9,7 @@
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
-- ``lower_quantize``     QuantizeLinear / DequantizeLinear -> Cast / Sub / Mul, Div / Round / Clip / Cast
+- ``lower_quantize``     Quantize/DequantizeLinear, MatMulInteger, QLinearMatMul -> the operators of each
 - ``lower_recurrent``    RNN / GRU / LSTM -> their steps unrolled over the static sequence
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
@@ -34,7 +34,17 @@ import numpy as np
 from autotune.te.workload import numpy_dtype
 
 from .ir import Graph, GraphError, Node, TensorType, contiguous
-from .ops import ALIAS, ELEMWISE, FOLD, FOLD_LIMIT_BYTES, REWRITE, evaluate, op_def, transpose_perm
+from .ops import (
+    ALIAS,
+    ELEMWISE,
+    FOLD,
+    FOLD_LIMIT_BYTES,
+    REWRITE,
+    broadcast_shapes,
+    evaluate,
+    op_def,
+    transpose_perm,
+)
 from .winograd import Plan, use_winograd  # also registers the Winograd operators
 
 Pass = Callable[[Graph], Graph]
@@ -428,8 +438,10 @@ def lower_quantize(graph: Graph) -> Graph:
     """QuantizeLinear / DequantizeLinear -> the operators they are made of (see ops/quantize.py): the
     scale and zero point made to broadcast against x (a Reshape per axis, a Gather of each block's
     entry), then ``(float(x) - float(zp)) * scale``, or ``Cast(Clip(Round(x / scale) + float(zp)))``
-    saturating to the quantized type's range."""
-    from .ops.quantize import QUANT_RANGES, granularity
+    saturating to the quantized type's range. MatMulInteger / QLinearMatMul -> a float32 MatMul of
+    the operands less their zero points (exact: see ops/quantize.EXACT_PRODUCT_TERMS), cast to int32
+    or requantized (``Requantize``, in float64)."""
+    from .ops.quantize import QUANT_RANGES, QUANTIZED_OPS, granularity
 
     def lower(g: Graph, n: Node, em: _Emitter) -> None:
         x = n.inputs[0]
@@ -454,6 +466,32 @@ def lower_quantize(graph: Graph) -> Graph:
             return v if t.dtype == "float32" else em.node("Cast", [v], TensorType(t.shape, "float32"), base,
                                                           {"to": 1})
 
+        def given(i: int) -> str:
+            return n.inputs[i] if len(n.inputs) > i and n.inputs[i] else ""
+
+        def centred(v: str, zp: str, base: str) -> str:
+            f = as_float(v, base)
+            if not zp:
+                return f
+            t = TensorType(broadcast_shapes(g.types[v].shape, g.types[zp].shape), "float32")
+            return em.node("Sub", [f, as_float(zp, f"{base}_zero")], t, f"{base}_centred")
+
+        if n.op in ("MatMulInteger", "QLinearMatMul"):  # an exact integer product in float32, then
+            b, zb = (1, 3) if n.op == "MatMulInteger" else (3, 5)  # its int32 value or requantized
+            y, yt = n.outputs[0], g.types[n.outputs[0]]
+            ab = [centred(n.inputs[0], given(2), "a"), centred(n.inputs[b], given(zb), "b")]
+            c = em.node("MatMul", ab, TensorType(yt.shape, "float32"), "product")
+            if n.op == "MatMulInteger":
+                em.node("Cast", [c], yt, "integer", {"to": _onnx_code("int32")}, dst=y)
+                return
+            sa, sb, sy = (g.types[n.inputs[i]] for i in (1, 4, 6))
+            both = TensorType(broadcast_shapes(sa.shape, sb.shape), "float32")
+            m = em.node("Div", [em.node("Mul", [n.inputs[1], n.inputs[4]], both, "scales"), n.inputs[6]],
+                        TensorType(broadcast_shapes(both.shape, sy.shape), "float32"), "multiplier")
+            em.node("Requantize", [c, m, *([given(7)] if given(7) else [])], yt, "requantized",
+                    {"to": yt.dtype}, dst=y)
+            return
+
         zp = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
         scale = spread(n.inputs[1], "scale")
         y, yt = n.outputs[0], g.types[n.outputs[0]]
@@ -471,7 +509,7 @@ def lower_quantize(graph: Graph) -> Graph:
         v = em.node("Clip", [v, *bounds], f32, "saturated")
         em.node("Cast", [v], yt, "quantized", {"to": _onnx_code(yt.dtype)}, dst=y)
 
-    return _lower_nodes(graph, ("QuantizeLinear", "DequantizeLinear"), lower)
+    return _lower_nodes(graph, QUANTIZED_OPS, lower)
 
 
 def _onnx_code(dtype: str) -> int:

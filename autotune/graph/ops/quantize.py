@@ -11,11 +11,19 @@ values and scales; float8/float4 quantized values are folded on constants only."
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
+from autotune import te
+from autotune.te import tensor as T
+from autotune.te.expr import Expr, const
+
 from ..ir import GraphError, Node, TensorType
-from .base import REWRITE, Consts, Types, norm_axis, register, same
+from .base import ELEMWISE, REWRITE, Arg, Consts, Types, broadcast_shapes, norm_axis, register, same
 from .elementwise import _cast_np, onnx_dtype
+from .nn import matmul_shape
+from .te_build import arg_dtype, nd_compute, read, shape_of
 
 # quantized integer types whose kernels compile, with their ranges (QuantizeLinear saturates to them)
 QUANT_RANGES = {
@@ -148,3 +156,111 @@ class _Quantize:
 
 register("DequantizeLinear", REWRITE, _check)(_Dequantize)
 register("QuantizeLinear", REWRITE, _check)(_Quantize)
+
+
+# --- integer matrix products -------------------------------------------------------------------------
+# a product of 8-bit values less their zero points is computed as a float32 MatMul, exact while every
+# partial sum is an integer below 2**24: K * 255 * 255 < 2**24, K <= 258
+EXACT_PRODUCT_TERMS = (1 << 24) // (255 * 255)
+
+
+def _centred(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    a = x.astype(np.int32)
+    return a if zp is None else a - zp.astype(np.int32)
+
+
+def _integer_product(node: Node, types: Types, consts: Consts, a: int, b: int) -> tuple[int, ...]:
+    """The shape of the product of inputs ``a`` and ``b`` (8-bit integers), and GraphError where a
+    kernel could not compute it exactly."""
+    ta, tb = same(types[a]), same(types[b])
+    for t in (ta, tb):
+        if t.dtype not in ("int8", "uint8"):
+            raise GraphError(f"{node.op} node {node.name!r}: operand is {t.dtype}, not int8 / uint8")
+    if not _folded(node, consts) and ta.shape[-1] > EXACT_PRODUCT_TERMS:
+        raise GraphError(
+            f"{node.op} node {node.name!r}: a sum of {ta.shape[-1]} products (more than "
+            f"{EXACT_PRODUCT_TERMS}) is not computed exactly in float32; not compiled"
+        )
+    return matmul_shape(ta.shape, tb.shape, node.name)
+
+
+class _MatMulInteger:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        return [TensorType(_integer_product(node, types, consts, 0, 1), "int32")]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        zp = [np.asarray(xs[i]) if len(xs) > i and xs[i] is not None else None for i in (2, 3)]
+        return [np.matmul(_centred(np.asarray(xs[0]), zp[0]), _centred(np.asarray(xs[1]), zp[1]))]
+
+
+class _QLinearMatMul:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        shape = _integer_product(node, types, consts, 0, 3)
+        if not _folded(node, consts):
+            for i in (1, 4, 6):
+                if same(types[i]).dtype != "float32":
+                    raise GraphError(
+                        f"QLinearMatMul node {node.name!r}: a {types[i].dtype} scale; float32 is compiled"
+                    )
+        zp = types[7] if len(types) > 7 else None
+        return [TensorType(shape, (zp or same(types[0])).dtype)]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        a, a_s, a_zp, b, b_s, b_zp, y_s = (None if v is None else np.asarray(v) for v in xs[:7])
+        y_zp = np.asarray(xs[7]) if len(xs) > 7 and xs[7] is not None else None
+        c = np.matmul(_centred(a, a_zp), _centred(b, b_zp))
+        out = (y_zp if y_zp is not None else a).dtype
+        return [requantize_np(c, a_s * b_s / y_s, y_zp, out)]
+
+
+def requantize_np(c: np.ndarray, m: np.ndarray, zp: np.ndarray | None, out: np.dtype) -> np.ndarray:
+    """``saturate(rint(c * m) + zp)`` in float64 (onnx's arithmetic: an integer times a float32)."""
+    d = np.asarray(c, np.float64) * np.asarray(m, np.float64)
+    if zp is not None:
+        d = d + np.asarray(zp, np.float64)
+    info = np.iinfo(out)
+    return np.clip(np.rint(d), info.min, info.max).astype(out)
+
+
+class _Requantize:
+    """``saturate(rint(c * m) + zp)`` to the integer type ``to``, in float64 (QLinearMatMul's output
+    stage: c an exact integer product, m the combined scale)."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        shape = broadcast_shapes(*[t.shape for t in types if t is not None])
+        return [TensorType(shape, node.attrs["to"])]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        zp = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else None
+        return [requantize_np(np.asarray(xs[0]), np.asarray(xs[1]), zp, np.dtype(node.attrs["to"]))]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        ops = [a for a in args if a is not None]
+        shape = broadcast_shapes(*[shape_of(a) for a in ops])
+        to = attrs["to"]
+        lo, hi = (float(v) for v in (np.iinfo(to).min, np.iinfo(to).max))
+
+        def body(i: list[Expr]) -> Expr:
+            wide = [T.cast("float64", read(a, i, shape, arg_dtype(a))) for a in ops]
+            d = wide[0] * wide[1]
+            if len(wide) > 2:
+                d = d + wide[2]
+            r = T.min(T.max(T.nearbyint(d), const(lo, "float64")), const(hi, "float64"))
+            return T.cast(to, r)
+
+        return nd_compute(shape, body, name, "elementwise")
+
+
+# the operators passes.lower_quantize writes as others
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "MatMulInteger", "QLinearMatMul")
+
+register("MatMulInteger", REWRITE)(_MatMulInteger)
+register("QLinearMatMul", REWRITE)(_QLinearMatMul)
+register("Requantize", ELEMWISE, internal=True)(_Requantize)
