@@ -93,13 +93,24 @@ def elementwise_program(host_target, n: int, inner: int):  # noqa: ANN001, ANN20
 
 
 def test_elementwise_vector_constructs(check_kernel, host_target) -> None:  # noqa: ANN001
-    wl, steps, prog = elementwise_program(host_target, 48, 16)
+    wl, steps, prog = elementwise_program(host_target, 48 * 32, 16)
     src = kernel_body(prog)
     check_kernel(wl, steps)
     assert "#pragma omp parallel for" in src
     assert "at_vmax(" in src and "at_bcast(0.0f)" in src  # relu as a lane-wise max
     assert "at_vload(x + " in src and "at_vload(bias + " in src and "at_vstore(relu + " in src
     assert "#pragma omp simd" not in src and "relu_i1_1" not in src
+
+
+def test_a_parallel_loop_of_little_work_runs_on_the_calling_thread(check_kernel, host_target) -> None:  # noqa: ANN001
+    """Below SERIAL_BELOW_ELEMENTS stored elements a parallel loop has no OpenMP pragma (waking the
+    team would cost more than the loop); at and above, it has one. Both compute right."""
+    from autotune.codegen.cpu import SERIAL_BELOW_ELEMENTS
+
+    for n, parallel_ in ((48, False), (-(-SERIAL_BELOW_ELEMENTS // 96) * 16, True)):  # 6 rows
+        wl, steps, prog = elementwise_program(host_target, n, 16)
+        check_kernel(wl, steps)
+        assert ("#pragma omp parallel for" in kernel_body(prog)) is parallel_, n
 
 
 @pytest.mark.parametrize("n,inner", [(21, 7), (35, 5)])

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from ..ir.nodes import (
+    Allocate,
     Broadcast,
     Buffer,
     For,
     Gather,
+    IfThen,
     Prefetch,
+    Seq,
+    Stmt,
     VBinary,
     VCall,
     VLoad,
@@ -19,6 +23,23 @@ from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
 _VOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+# a parallel loop whose nest stores fewer elements than this (accumulator updates included) runs on
+# the calling thread: starting and joining the OpenMP team costs about a microsecond while its
+# threads spin, tens of microseconds once they sleep (OMP_WAIT_POLICY=PASSIVE, or another process
+# on the core), more than such a loop's own work
+SERIAL_BELOW_ELEMENTS = 8192
+
+
+def stored_elements(s: Stmt) -> int:
+    """Elements a statement stores when it runs once: every loop iteration counted, a vector store
+    as its lanes, a conditional store as if it ran (a measure of its work)."""
+    if isinstance(s, For):
+        return s.extent * stored_elements(s.body)
+    if isinstance(s, Seq):
+        return sum(stored_elements(t) for t in s.stmts)
+    if isinstance(s, (IfThen, Allocate)):
+        return stored_elements(s.body)
+    return s.lanes if isinstance(s, VStore) else 1
 
 
 class CpuRenderer(CStyleRenderer):
@@ -86,7 +107,7 @@ static inline {v} at_vtanh({v} x) {{
 
     def loop_pragma(self, s: For) -> str | None:
         if s.kind == "parallel":
-            return "#pragma omp parallel for"
+            return "#pragma omp parallel for" if stored_elements(s) >= SERIAL_BELOW_ELEMENTS else None
         if s.kind == "simd":
             return "#pragma omp simd"
         if s.kind == "unroll":
