@@ -12,8 +12,7 @@ Overhead: the backend's per-call cost over the compiled module's own time, on a 
 microseconds (where the kernels cannot hide it): the fastest round's time of a call through
 ``torch.compile(backend="autotune")`` (Dynamo's guards, data pointers, output allocation) minus the
 module's entry point timed in C; also for the ``autotune.torch.compile`` path without Dynamo, and for
-a backend that computes nothing (Dynamo's own floor, measured in the same run). Run it
-with ``OMP_WAIT_POLICY=PASSIVE`` (torch's OpenMP pool and the module's share the cores).
+a backend that computes nothing (Dynamo's own floor, measured in the same run).
 ``--trials N`` tunes each model's tasks first (records in ``--db``, resumable). ``--device cuda``:
 the model and its inputs on the GPU (CUDA tensors in and out; each timed block ends with a device
 synchronization), the backend compiling for this machine's GPU.
