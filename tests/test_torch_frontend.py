@@ -258,3 +258,17 @@ def test_cuda_tensors_run_on_the_gpu_module(name, cls, caplog):
     assert got.is_cuda
     np.testing.assert_allclose(got.cpu().numpy(), want.cpu().numpy(), rtol=1e-3, atol=1e-4)
     assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
+
+
+@pytest.mark.parametrize("spec", ["tv:resnet18", "tv:mobilenet_v3_small", "hf:gpt2", "hf:t5"])
+def test_torchvision_and_transformers_models_compile_whole_and_match_eager(spec):
+    """Real architectures (random weights; the checks of bench/torch/architectures.py): every
+    operator of Dynamo's graphs compiled, the output within fp32 tolerance of eager and dependent
+    on the input."""
+    pytest.importorskip("torchvision" if spec.startswith("tv:") else "transformers")
+    from bench.torch.architectures import check
+
+    torch._dynamo.reset()
+    row = check(spec)
+    assert row["graphs"] >= 1 and row["eager_ops"] == [], row
+    assert row["rel_err"] < 1e-5 and row["output_depends_on_input"], row
