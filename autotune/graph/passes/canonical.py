@@ -1,0 +1,193 @@
+"""Canonical forms: Gemm as MatMul, GELU recognised, transposes composed."""
+
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import Graph, Node, TensorType
+from ..ops import (
+    transpose_perm,
+)
+from .infer import eliminate_dead_code, infer_types
+from .rewrite import _add_const, _bypass, _new_value, scalar
+
+
+# --- canonicalization -------------------------------------------------------------------------------
+def canonicalize_gemm(graph: Graph) -> Graph:
+    """Gemm -> MatMul with a [K, N] right operand (pre-transposed when constant), then an optional
+    Mul by alpha and an Add of beta * C."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op != "Gemm":
+            out.append(n)
+            continue
+        a, b = n.inputs[0], n.inputs[1]
+        c = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None
+        alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
+        y_t = g.types[n.outputs[0]]
+        if n.attrs.get("transA", 0):
+            if a in g.consts:
+                a = _add_const(g, a + "_T", g.consts[a].T)
+            else:
+                at = _new_value(g, a + "_T", TensorType(g.types[a].shape[::-1], g.types[a].dtype))
+                out.append(Node("Transpose", [a], [at], {"perm": [1, 0]}, n.name + "_transA"))
+                a = at
+        if n.attrs.get("transB", 0):
+            if b in g.consts:
+                b = _add_const(g, b + "_T", g.consts[b].T)
+            else:
+                bt = _new_value(g, b + "_T", TensorType(g.types[b].shape[::-1], g.types[b].dtype))
+                out.append(Node("Transpose", [b], [bt], {"perm": [1, 0]}, n.name + "_transB"))
+                b = bt
+        steps: list[tuple[str, list[str]]] = [("MatMul", [a, b])]
+        if alpha != 1.0:
+            steps.append(("Mul", ["", _add_const(g, n.name + "_alpha", np.float32(alpha))]))
+        if c is not None:
+            if c in g.consts:
+                cc = _add_const(g, c + "_beta", (beta * g.consts[c]).astype(np.float32)) if beta != 1.0 else c
+            else:
+                cc = c
+                if beta != 1.0:
+                    cb = _new_value(g, c + "_beta", g.types[c])
+                    out.append(
+                        Node(
+                            "Mul",
+                            [c, _add_const(g, n.name + "_beta", np.float32(beta))],
+                            [cb],
+                            {},
+                            n.name + "_beta",
+                        )
+                    )
+                    cc = cb
+            steps.append(("Add", ["", cc]))
+        prev = ""
+        for i, (op, ins) in enumerate(steps):
+            last = i == len(steps) - 1
+            dst = n.outputs[0] if last else _new_value(g, f"{n.name}_{op.lower()}", y_t)
+            ins = [prev if x == "" else x for x in ins]
+            out.append(Node(op, ins, [dst], {}, n.name if i == 0 else f"{n.name}_{op.lower()}"))
+            prev = dst
+    g.nodes = out
+    return infer_types(eliminate_dead_code(g))
+
+
+def _close(v: float | None, target: float, tol: float = 1e-3) -> bool:
+    return v is not None and abs(v - target) <= tol * abs(target)
+
+
+def fuse_gelu(graph: Graph) -> Graph:
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` -- as exporters write it, in any association of the
+    products and with ``x * (1/sqrt 2)`` for the division -- becomes one Gelu node."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        for erf in [n for n in g.nodes if n.op == "Erf"]:
+            match = _match_gelu(g, erf)
+            if match is None:
+                continue
+            x, removed, out = match
+            last = max(g.nodes.index(r) for r in removed)
+            gelu = Node("Gelu", [x], [out], {}, g.fresh_name(erf.name + "_gelu"))
+            g.nodes.insert(last + 1, gelu)
+            for r in removed:
+                g.nodes.remove(r)
+            changed = True
+            break
+    return eliminate_dead_code(infer_types(g))
+
+
+def _match_gelu(g: Graph, erf: Node) -> tuple[str, list[Node], str] | None:
+    prod, cons = g.producer(), g.consumers()
+
+    def only(v: str) -> Node | None:
+        users = cons.get(v, [])
+        return users[0] if len(users) == 1 and v not in g.outputs else None
+
+    def other(n: Node, v: str) -> str | None:
+        if len(n.inputs) != 2 or v not in n.inputs:
+            return None
+        return n.inputs[1] if n.inputs[0] == v else n.inputs[0]
+
+    pre = prod.get(erf.inputs[0])
+    if pre is None or only(erf.inputs[0]) is not erf:
+        return None
+    if pre.op == "Div" and _close(scalar(g, pre.inputs[1]), math.sqrt(2.0)):
+        x = pre.inputs[0]
+    elif pre.op == "Mul":
+        x = next((v for v in pre.inputs if scalar(g, v) is None), None)
+        c = other(pre, x) if x else None
+        if x is None or c is None or not _close(scalar(g, c), 1.0 / math.sqrt(2.0)):
+            return None
+    else:
+        return None
+    add = only(erf.outputs[0])
+    if add is None or add.op != "Add" or not _close(scalar(g, other(add, erf.outputs[0]) or ""), 1.0):
+        return None
+    a = add.outputs[0]
+    m1 = only(a)
+    if m1 is None or m1.op != "Mul":
+        return None
+    o1 = other(m1, a)
+    if o1 is None:
+        return None
+    nodes = [pre, erf, add, m1]
+    if o1 == x:  # (x * a) * 0.5
+        m2 = only(m1.outputs[0])
+        if m2 is None or m2.op != "Mul" or not _close(scalar(g, other(m2, m1.outputs[0]) or ""), 0.5):
+            return None
+        return x, nodes + [m2], m2.outputs[0]
+    if _close(scalar(g, o1), 0.5):  # (a * 0.5) * x
+        m2 = only(m1.outputs[0])
+        if m2 is None or m2.op != "Mul" or other(m2, m1.outputs[0]) != x:
+            return None
+        return x, nodes + [m2], m2.outputs[0]
+    half = prod.get(o1)  # (x * 0.5) * a
+    if half is not None and half.op == "Mul" and only(o1) is m1 and other(half, x) is not None:
+        if _close(scalar(g, other(half, x) or ""), 0.5):
+            return x, nodes + [half], m1.outputs[0]
+    return None
+
+
+def simplify_transposes(graph: Graph) -> Graph:
+    """Transpose of a transpose -> one transpose; identity permutations disappear; a transpose
+    that moves only size-1 dims is a Reshape (no data movement)."""
+    g = graph.copy()
+    changed = True
+    while changed:
+        changed = False
+        prod, cons = g.producer(), g.consumers()
+        for n in g.nodes:
+            if n.op != "Transpose":
+                continue
+            x = n.inputs[0]
+            shape = g.types[x].shape
+            perm = transpose_perm(n, len(shape))
+            first = prod.get(x)
+            if first is not None and first.op == "Transpose" and cons.get(x) == [n] and x not in g.outputs:
+                p1 = transpose_perm(first, len(g.types[first.inputs[0]].shape))
+                n.inputs = [first.inputs[0]]
+                n.attrs = {"perm": [p1[p] for p in perm]}
+                g.nodes.remove(first)
+                del g.types[x]
+                changed = True
+                break
+            if perm == list(range(len(shape))):
+                if _bypass(g, n):
+                    changed = True
+                    break
+                continue
+            moved = [p for p in perm if shape[p] != 1]
+            if moved == sorted(moved):
+                out_shape = np.asarray([shape[p] for p in perm], dtype=np.int64)
+                spec = _add_const(g, n.name + "_shape", out_shape)
+                n.op, n.inputs, n.attrs = "Reshape", [x, spec], {}
+                changed = True
+                break
+    return eliminate_dead_code(infer_types(g))
+
+

@@ -1,0 +1,419 @@
+"""Operators computed through others: batch normalization (folded into a convolution, or per
+channel Mul + Add; training mode from the batch), the losses, quantization, recurrent layers."""
+
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.te.workload import numpy_dtype
+
+from ..ir import Graph, GraphError, Node, TensorType
+from ..ops import (
+    broadcast_shapes,
+)
+from .infer import eliminate_dead_code
+from .rewrite import _add_const, _Emitter, _lower_nodes, _new_value
+
+
+# --- batch norm -------------------------------------------------------------------------------------
+def _bn_params(g: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
+    vals = [g.consts.get(v) for v in bn.inputs[1:5]]
+    if any(v is None for v in vals):
+        return None
+    scale, bias, mean, var = (v.astype(np.float64) for v in vals)  # type: ignore[union-attr]
+    k = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    return k, bias - mean * k
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """Fold an inference BatchNormalization into the Conv that feeds it (the conv's output used
+    by nothing else): ``W' = W * k`` per output channel, ``b' = (b - mean) * k + beta``."""
+    g = graph.copy()
+    for bn in [n for n in g.nodes if n.op == "BatchNormalization"]:
+        x = bn.inputs[0]
+        conv = g.producer().get(x)
+        params = _bn_params(g, bn)
+        if conv is None or conv.op != "Conv" or params is None or conv.attrs.get("layout", "NCHW") != "NCHW":
+            continue
+        if bn.attrs.get("training_mode", 0):
+            continue
+        if x in g.outputs or len(g.consumers().get(x, [])) != 1 or conv.inputs[1] not in g.consts:
+            continue
+        bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if bias_name is not None and bias_name not in g.consts:
+            continue
+        k, shift = params
+        w = g.consts[conv.inputs[1]].astype(np.float64)
+        b = g.consts[bias_name].astype(np.float64) if bias_name else np.zeros(w.shape[0])
+        w_new = (w * k[:, None, None, None]).astype(np.float32)
+        b_new = (b * k + shift).astype(np.float32)
+        conv.inputs = [
+            conv.inputs[0],
+            _add_const(g, conv.inputs[1] + "_bn", w_new),
+            _add_const(g, conv.name + "_bias", b_new),
+        ]
+        conv.outputs = [bn.outputs[0]]
+        g.nodes.remove(bn)
+        del g.types[x]
+    return eliminate_dead_code(g)
+
+
+def lower_batch_norm(graph: Graph) -> Graph:
+    """Every remaining BatchNormalization becomes ``x * k + shift`` (per channel, axis 1)."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op != "BatchNormalization":
+            out.append(n)
+            continue
+        if n.attrs.get("training_mode", 0):
+            _lower_training_batch_norm(g, n, out)
+            continue
+        params = _bn_params(g, n)
+        if params is None:
+            raise GraphError(f"BatchNormalization node {n.name!r}: parameters must be constants")
+        k, shift = params
+        t = g.types[n.inputs[0]]
+        shape = (-1,) + (1,) * (len(t.shape) - 2)
+        kc = _add_const(g, n.name + "_scale", k.astype(np.float32).reshape(shape))
+        sc = _add_const(g, n.name + "_shift", shift.astype(np.float32).reshape(shape))
+        mid = _new_value(g, n.name + "_scaled", t)
+        out.append(Node("Mul", [n.inputs[0], kc], [mid], {}, n.name + "_mul"))
+        out.append(Node("Add", [mid, sc], [n.outputs[0]], {}, n.name + "_add"))
+    g.nodes = out
+    return eliminate_dead_code(g)
+
+
+def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
+    """A training-mode BatchNormalization: the batch's mean and (population) variance over every
+    axis but the channels normalize x; running mean / variance outputs are
+    ``input_mean * momentum + batch_mean * (1 - momentum)`` (and so for the variance)."""
+    x = n.inputs[0]
+    t = g.types[x]
+    c = t.shape[1]
+    axes = [d for d in range(len(t.shape)) if d != 1]
+    per_channel = TensorType(tuple(1 if d != 1 else c for d in range(len(t.shape))), t.dtype)
+    momentum = float(n.attrs.get("momentum", 0.9))
+    em = _Emitter(g, out, n.name)
+    emit = em.node
+
+    def const(base: str, arr: np.ndarray) -> str:
+        return em.const(base, arr.astype(np.float32))
+
+    def channels(i: int) -> np.ndarray:
+        return g.consts[n.inputs[i]].astype(np.float64).reshape(per_channel.shape)
+
+    stats = {"_axes": axes, "keepdims": 1}
+    mean = emit("ReduceMean", [x], per_channel, "mean", stats)
+    dev = emit("Sub", [x, mean], t, "dev")
+    var = emit("ReduceMean", [emit("Mul", [dev, dev], t, "sq")], per_channel, "var", stats)
+    std = emit("Sqrt", [emit("Add", [var, const("eps", np.float64(n.attrs.get("epsilon", 1e-5)))],
+                             per_channel, "var_eps")], per_channel, "std")
+    k = emit("Div", [const("scale", channels(1)), std], per_channel, "k")
+    scaled = emit("Mul", [dev, k], t, "scaled")
+    y = n.outputs[0]
+    out.append(Node("Add", [scaled, const("bias", channels(2))], [y], {}, n.name))
+    flat = _add_const(g, f"{n.name}_channels", np.asarray([c], np.int64))
+    for pos, stat, label in ((1, mean, "mean"), (2, var, "var")):
+        if len(n.outputs) > pos and n.outputs[pos]:
+            vec = emit("Reshape", [stat, flat], TensorType((c,), t.dtype), f"{label}_vec")
+            part = emit("Mul", [vec, const("keep", np.float64(1.0 - momentum))], TensorType((c,), t.dtype),
+                        f"{label}_part")
+            running = g.consts[n.inputs[2 + pos]].astype(np.float64) * momentum
+            out.append(Node("Add", [part, const("running", running)], [n.outputs[pos]], {},
+                            g.fresh_name(f"{n.name}_running{pos}")))
+
+
+def lower_losses(graph: Graph) -> Graph:
+    """NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of: the
+    log-probabilities (LogSoftmax over the classes, for the cross entropy), the entry of each target
+    (GatherElements), its class weight (Gather), ignored targets masked (Equal / Where), the negated
+    product and the reduction (the mean divides by the weights counted)."""
+    from ..ops.loss import ignore_index
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        x, t = n.inputs[0], n.inputs[1]
+        w = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+        xt, tt = g.types[x], g.types[t]
+        if n.op == "SoftmaxCrossEntropyLoss":
+            lp = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] else ""
+            x = em.node("LogSoftmax", [x], xt, "log_prob", {"axis": 1}, dst=lp)
+        flags = TensorType(tt.shape, "bool")
+        ii = ignore_index(n)
+        valid = ""
+        if ii is not None:
+            same_ii = em.node("Equal", [t, em.const("ii", np.asarray(ii, tt.dtype))], flags, "ignored")
+            valid = em.node("Not", [same_ii], flags, "valid")
+            t = em.node("Where", [valid, t, em.const("zero", np.asarray(0, tt.dtype))], tt, "target")
+        at = TensorType(tt.shape[:1] + (1,) + tt.shape[1:], tt.dtype)
+        picked = em.node("GatherElements", [x, em.node("Unsqueeze", [t], at, "at", {"axes": [1]})],
+                         TensorType(at.shape, xt.dtype), "picked", {"axis": 1})
+        per = TensorType(tt.shape, xt.dtype)
+        loss = em.node("Neg", [em.node("Squeeze", [picked], per, "entry", {"axes": [1]})], per, "neg")
+        weight = em.node("Gather", [w, t], per, "weight") if w else ""
+        if valid:
+            zero = em.const("zero_weight", np.float32(0))
+            weight = (em.node("Where", [valid, weight, zero], per, "kept") if weight
+                      else em.node("Cast", [valid], per, "kept", {"to": 1}))
+        if weight:
+            loss = em.node("Mul", [loss, weight], per, "weighted")
+        red = n.attrs.get("reduction", "mean")
+        y = n.outputs[0]
+        scalar = TensorType((), xt.dtype)
+        if red == "none":
+            em.node("Identity", [loss], per, "loss", dst=y)
+        elif red == "sum" or not weight:
+            reduce_op = "ReduceSum" if red == "sum" else "ReduceMean"
+            em.node(reduce_op, [loss], scalar, "loss", {"keepdims": 0}, dst=y)
+        else:
+            total = em.node("ReduceSum", [loss], scalar, "total", {"keepdims": 0})
+            em.node("Div", [total, em.node("ReduceSum", [weight], scalar, "count", {"keepdims": 0})], scalar,
+                    "loss", dst=y)
+
+    return _lower_nodes(graph, ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"), lower)
+
+
+def lower_quantize(graph: Graph) -> Graph:
+    """QuantizeLinear / DequantizeLinear -> the operators they are made of (see ops/quantize.py): the
+    scale and zero point made to broadcast against x (a Reshape per axis, a Gather of each block's
+    entry), then ``(float(x) - float(zp)) * scale``, or ``Cast(Clip(Round(x / scale) + float(zp)))``
+    saturating to the quantized type's range. MatMulInteger / QLinearMatMul -> a float32 MatMul of
+    the operands less their zero points (exact: see ops/quantize.EXACT_PRODUCT_TERMS), cast to int32
+    or requantized (``Requantize``, in float64)."""
+    from ..ops.quantize import QUANT_RANGES, QUANTIZED_OPS, granularity
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        x = n.inputs[0]
+        xt = g.types[x]
+        f32 = TensorType(xt.shape, "float32")
+
+        def spread(v: str, base: str) -> str:
+            t = g.types[v]
+            kind, axis, block = granularity(n, xt.shape, t.shape)
+            if kind == "blocked":
+                blocks = em.const(f"{base}_blocks", np.arange(xt.shape[axis], dtype=np.int64) // block)
+                shape = tuple(xt.shape[axis] if d == axis else s for d, s in enumerate(t.shape))
+                return em.node("Gather", [v, blocks], TensorType(shape, t.dtype), base, {"axis": axis})
+            shape = tuple(t.size if d == axis and kind == "axis" else 1 for d in range(len(xt.shape)))
+            if t.shape in (shape, ()):
+                return v
+            return em.node("Reshape", [v, em.const(f"{base}_shape", np.asarray(shape, np.int64))],
+                           TensorType(shape, t.dtype), base)
+
+        def as_float(v: str, base: str) -> str:
+            t = g.types[v]
+            return v if t.dtype == "float32" else em.node("Cast", [v], TensorType(t.shape, "float32"), base,
+                                                          {"to": 1})
+
+        def given(i: int) -> str:
+            return n.inputs[i] if len(n.inputs) > i and n.inputs[i] else ""
+
+        def centred(v: str, zp: str, base: str) -> str:
+            f = as_float(v, base)
+            if not zp:
+                return f
+            t = TensorType(broadcast_shapes(g.types[v].shape, g.types[zp].shape), "float32")
+            return em.node("Sub", [f, as_float(zp, f"{base}_zero")], t, f"{base}_centred")
+
+        if n.op in ("MatMulInteger", "QLinearMatMul"):  # an exact integer product in float32, then
+            b, zb = (1, 3) if n.op == "MatMulInteger" else (3, 5)  # its int32 value or requantized
+            y, yt = n.outputs[0], g.types[n.outputs[0]]
+            ab = [centred(n.inputs[0], given(2), "a"), centred(n.inputs[b], given(zb), "b")]
+            c = em.node("MatMul", ab, TensorType(yt.shape, "float32"), "product")
+            if n.op == "MatMulInteger":
+                em.node("Cast", [c], yt, "integer", {"to": _onnx_code("int32")}, dst=y)
+                return
+            sa, sb, sy = (g.types[n.inputs[i]] for i in (1, 4, 6))
+            both = TensorType(broadcast_shapes(sa.shape, sb.shape), "float32")
+            m = em.node("Div", [em.node("Mul", [n.inputs[1], n.inputs[4]], both, "scales"), n.inputs[6]],
+                        TensorType(broadcast_shapes(both.shape, sy.shape), "float32"), "multiplier")
+            em.node("Requantize", [c, m, *([given(7)] if given(7) else [])], yt, "requantized",
+                    {"to": yt.dtype}, dst=y)
+            return
+
+        zp = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
+        scale = spread(n.inputs[1], "scale")
+        y, yt = n.outputs[0], g.types[n.outputs[0]]
+        if n.op == "DequantizeLinear":
+            v = as_float(x, "values")
+            if zp:
+                v = em.node("Sub", [v, as_float(spread(zp, "zero"), "zero_f")], f32, "centred")
+            em.node("Mul", [v, scale], f32, "scaled", dst=y)
+            return
+        v = em.node("Round", [em.node("Div", [x, scale], f32, "ratio")], f32, "rounded")
+        if zp:
+            v = em.node("Add", [v, as_float(spread(zp, "zero"), "zero_f")], f32, "shifted")
+        lo, hi = QUANT_RANGES[yt.dtype]
+        bounds = [em.const("lo", np.float32(lo)), em.const("hi", np.float32(hi))]
+        v = em.node("Clip", [v, *bounds], f32, "saturated")
+        em.node("Cast", [v], yt, "quantized", {"to": _onnx_code(yt.dtype)}, dst=y)
+
+    return _lower_nodes(graph, QUANTIZED_OPS, lower)
+
+
+def _onnx_code(dtype: str) -> int:
+    """ONNX's element type code of a dtype."""
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(numpy_dtype(dtype))
+
+
+def lower_recurrent(graph: Graph) -> Graph:
+    """RNN / GRU / LSTM -> their steps unrolled over the (static) sequence (see ops/recurrent.py)."""
+    from ..ops.recurrent import GATES
+
+    return _lower_nodes(graph, tuple(GATES), lambda g, n, em: _Recurrence(g, n, em).lower())
+
+
+class _Recurrence:
+    """The nodes of one unrolled RNN / GRU / LSTM node (ONNX's gate order: GRU z, r, h; LSTM i, o,
+    f, c; peepholes i, o, f)."""
+
+    def __init__(self, g: Graph, n: Node, em: _Emitter) -> None:
+        from ..ops.recurrent import GATES, activations, directions, shapes
+
+        self.g, self.n, self.em = g, n, em
+        self.hidden, self.dirs = int(n.attrs["hidden_size"]), directions(n)
+        self.gates, self.acts = GATES[n.op], activations(n)
+        self.seq, self.batch, self.size = shapes(n, g.types[n.inputs[0]])
+        self.clip = n.attrs.get("clip")
+
+    def arg(self, k: int) -> str:
+        return self.n.inputs[k] if len(self.n.inputs) > k and self.n.inputs[k] else ""
+
+    def t(self, *shape: int, dtype: str = "float32") -> TensorType:
+        return TensorType(tuple(shape), dtype)
+
+    def pick(self, v: str, k: int, shape: tuple[int, ...], base: str, axis: int = 0) -> str:
+        """Entry ``k`` of ``v`` along ``axis`` (that axis dropped)."""
+        at = self.em.const(base + "_at", np.asarray(k, np.int64))
+        return self.em.node("Gather", [v, at], self.t(*shape), base, {"axis": axis})
+
+    def block(self, v: str, k: int, shape: tuple[int, ...], base: str) -> str:
+        """The k-th block of ``hidden`` along the last axis of ``v`` (of ``shape`` once sliced)."""
+        h = self.hidden
+        attrs = {"_starts": [k * h], "_ends": [(k + 1) * h], "_axes": [-1], "_steps": [1]}
+        return self.em.node("Slice", [v], self.t(*shape), base, attrs)
+
+    def op(self, name: str, ins: list[str], base: str) -> str:
+        return self.em.node(name, ins, self.t(self.batch, self.hidden), base)
+
+    def activate(self, fn: str, v: str, base: str) -> str:
+        if self.clip is not None:
+            lo, hi = self.em.const("lo", np.float32(-self.clip)), self.em.const("hi", np.float32(self.clip))
+            v = self.op("Clip", [v, lo, hi], base + "_clip")
+        return self.op(fn, [v], base)
+
+    def lower(self) -> None:
+        n, em, h, gh = self.n, self.em, self.hidden, self.gates * self.hidden
+        x = n.inputs[0]
+        if n.attrs.get("layout", 0):
+            x = em.node("Transpose", [x], self.t(self.seq, self.batch, self.size), "x", {"perm": [1, 0, 2]})
+        ys, finals, cells = [], [], []
+        per = len(self.acts) // self.dirs
+        for d in range(self.dirs):
+            rt = em.node("Transpose", [self.pick(n.inputs[2], d, (gh, h), f"r{d}")], self.t(h, gh), f"rt{d}",
+                         {"perm": [1, 0]})
+            wt = em.node("Transpose", [self.pick(n.inputs[1], d, (gh, self.size), f"w{d}")],
+                         self.t(self.size, gh), f"wt{d}", {"perm": [1, 0]})
+            xw = em.node("MatMul", [x, wt], self.t(self.seq, self.batch, gh), f"xw{d}")
+            rb = ""
+            if self.arg(3):
+                b = self.pick(self.arg(3), d, (2 * gh,), f"b{d}")
+                wb = em.node("Slice", [b], self.t(gh), f"wb{d}",
+                             {"_starts": [0], "_ends": [gh], "_axes": [0], "_steps": [1]})
+                rb = em.node("Slice", [b], self.t(gh), f"rb{d}",
+                             {"_starts": [gh], "_ends": [2 * gh], "_axes": [0], "_steps": [1]})
+                xw = em.node("Add", [xw, wb], self.t(self.seq, self.batch, gh), f"xwb{d}")
+            zeros = em.const(f"zeros{d}", np.zeros((self.batch, h), np.float32))
+            axis = 1 if n.attrs.get("layout", 0) else 0  # initial states: [batch, dirs, hidden] in layout 1
+            state = self.pick(self.arg(5), d, (self.batch, h), f"h0_{d}", axis) if self.arg(5) else zeros
+            cell = self.pick(self.arg(6), d, (self.batch, h), f"c0_{d}", axis) if self.arg(6) else zeros
+            peep = []
+            if self.arg(7):
+                p = self.pick(self.arg(7), d, (3 * h,), f"p{d}")
+                peep = [self.block(p, k, (h,), f"p{d}_{k}") for k in range(3)]
+            forward = n.attrs.get("direction", "forward") == "forward" or (self.dirs == 2 and d == 0)
+            steps: dict[int, str] = {}
+            for t in range(self.seq) if forward else range(self.seq - 1, -1, -1):
+                s = f"{d}_{t}"
+                hr = em.node("MatMul", [state, rt], self.t(self.batch, gh), f"hr{s}")
+                if rb:
+                    hr = em.node("Add", [hr, rb], self.t(self.batch, gh), f"hrb{s}")
+                xt = self.pick(xw, t, (self.batch, gh), f"x{s}")
+                acts = self.acts[d * per : (d + 1) * per]
+                new_state, new_cell = self.step(s, xt, hr, state, cell, rt, rb, acts, peep)
+                steps[t] = new_state
+                if self.arg(4):  # past its sequence's length a batch entry keeps its state, outputs 0
+                    at = em.const(f"t{s}", np.asarray(t, self.g.types[self.arg(4)].dtype))
+                    live = em.node("Less", [at, self.arg(4)], self.t(self.batch, dtype="bool"), f"live{s}")
+                    live = em.node("Unsqueeze", [live], self.t(self.batch, 1, dtype="bool"), f"live2{s}",
+                                   {"axes": [1]})
+                    steps[t] = self.op("Where", [live, new_state, zeros], f"y{s}")
+                    new_state = self.op("Where", [live, new_state, state], f"h{s}")
+                    new_cell = self.op("Where", [live, new_cell, cell], f"c{s}") if new_cell else ""
+                state, cell = new_state, new_cell or cell
+            ys.append(self.stack([steps[t] for t in range(self.seq)], (self.seq, self.batch, h), 0, f"y{d}"))
+            finals.append(state)
+            cells.append(cell)
+        outs = [*n.outputs, "", ""][:3]
+        state_shape = (self.dirs, self.batch, h)
+        results = [(ys, (self.seq, self.dirs, self.batch, h)), (finals, state_shape), (cells, state_shape)]
+        for k, (vals, shape) in enumerate(results):
+            if outs[k]:
+                full = self.stack(vals, shape, 1 if k == 0 else 0, f"out{k}")
+                perm = [2, 0, 1, 3] if k == 0 else [1, 0, 2]
+                if n.attrs.get("layout", 0):
+                    moved = self.t(*[shape[q] for q in perm])
+                    em.node("Transpose", [full], moved, f"out{k}_t", {"perm": perm}, dst=outs[k])
+                else:
+                    em.node("Identity", [full], self.t(*shape), f"out{k}_id", dst=outs[k])
+
+    def stack(self, vals: list[str], shape: tuple[int, ...], axis: int, base: str) -> str:
+        one = self.t(*shape[:axis], 1, *shape[axis + 1 :])
+        parts = [self.em.node("Unsqueeze", [v], one, f"{base}_{k}", {"axes": [axis]})
+                 for k, v in enumerate(vals)]
+        return self.em.node("Concat", parts, self.t(*shape), base, {"axis": axis})
+
+    def step(self, s: str, xt: str, hr: str, state: str, cell: str, rt: str, rb: str, acts: list[str],
+             peep: list[str]) -> tuple[str, str]:
+        """One step: the new hidden state (and, for an LSTM, the new cell)."""
+        b, h = self.batch, self.hidden
+        gx = [self.block(xt, k, (b, h), f"gx{s}_{k}") for k in range(self.gates)]
+        gr = [self.block(hr, k, (b, h), f"gr{s}_{k}") for k in range(self.gates)]
+        pre = [self.op("Add", [gx[k], gr[k]], f"pre{s}_{k}") for k in range(self.gates)]
+        if self.n.op == "RNN":
+            return self.activate(acts[0], pre[0], f"h{s}_new"), ""
+        if self.n.op == "GRU":
+            z = self.activate(acts[0], pre[0], f"z{s}")
+            r = self.activate(acts[0], pre[1], f"r{s}")
+            if self.n.attrs.get("linear_before_reset", 0):
+                cand = self.op("Add", [gx[2], self.op("Mul", [r, gr[2]], f"rh{s}")], f"cand{s}")
+            else:
+                rth = self.em.node("Slice", [rt], self.t(h, h), f"rth{s}",
+                                   {"_starts": [2 * h], "_ends": [3 * h], "_axes": [1], "_steps": [1]})
+                hh = self.op("MatMul", [self.op("Mul", [r, state], f"rh{s}"), rth], f"rhr{s}")
+                if rb:
+                    rbh = self.block(rb, 2, (h,), f"rbh{s}")
+                    hh = self.op("Add", [hh, rbh], f"rhrb{s}")
+                cand = self.op("Add", [gx[2], hh], f"cand{s}")
+            hc = self.activate(acts[1], cand, f"hc{s}")
+            keep = self.op("Mul", [self.op("Sub", [self.em.const("one", np.float32(1.0)), z], f"zc{s}"), hc],
+                           f"keep{s}")
+            return self.op("Add", [keep, self.op("Mul", [z, state], f"zh{s}")], f"h{s}_new"), ""
+        # LSTM: gates i, o, f, c; peepholes i, o, f
+        def peeped(k: int, p: int, c: str, base: str) -> str:
+            if not peep:
+                return pre[k]
+            return self.op("Add", [pre[k], self.op("Mul", [peep[p], c], base + "_p")], base)
+
+        i = self.activate(acts[0], peeped(0, 0, cell, f"ip{s}"), f"i{s}")
+        f = self.activate(acts[0], peeped(2, 2, cell, f"fp{s}"), f"f{s}")
+        c_in = self.activate(acts[1], pre[3], f"cin{s}")
+        new_cell = self.op("Add", [self.op("Mul", [f, cell], f"fc{s}"), self.op("Mul", [i, c_in], f"ic{s}")],
+                           f"c{s}_new")
+        o = self.activate(acts[0], peeped(1, 1, new_cell, f"op{s}"), f"o{s}")
+        return self.op("Mul", [o, self.op(acts[2], [new_cell], f"hcell{s}")], f"h{s}_new"), new_cell
+
+
