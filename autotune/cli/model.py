@@ -210,6 +210,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
         for target, *_ in places:  # every target's forms before anything is written
             known.setdefault(target.kind, _load_and_prepare(args, target.kind))
         db = open_db(args.db)
+        outs = []
         try:
             for target, builder, runner, make in places:
                 model, prepared = known[target.kind]
@@ -220,9 +221,11 @@ def run_model_tuning(args: argparse.Namespace) -> int:
                 if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile takes
                     chosen = chosen_form(model, target, db, args)
                     summary.estimated_s = estimated_latency(chosen.tasks, target, db)
-                _report_model_tuning(args, target, summary)
+                outs.append(_report_model_tuning(args, target, summary))
         finally:
             db.close()
+    if args.json:  # one JSON document: the target's summary, or every target's
+        emit_json(outs[0] if len(outs) == 1 else {"targets": outs, "db": args.db})
     return 0
 
 
@@ -236,7 +239,8 @@ def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel,
     return model, prepared
 
 
-def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) -> None:
+def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) -> dict:
+    """Print a target's tuning summary and next steps; return its JSON form."""
     est = summary.estimated_s
     print(
         f"{summary.model}: {summary.trials} trials in DB for {len(summary.tasks)} tasks "
@@ -247,10 +251,9 @@ def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) ->
     )
     for line in next_steps(args):
         print(line, flush=True)
-    if args.json:
-        out = summary.to_json()
-        out.update(target=target.key, target_kind=target.kind, db=args.db)
-        emit_json(out)
+    out = summary.to_json()
+    out.update(target=target.key, target_kind=target.kind, db=args.db)
+    return out
 
 
 def next_steps(args: argparse.Namespace) -> list[str]:
