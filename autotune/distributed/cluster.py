@@ -127,6 +127,8 @@ def build_hosts(client: Any, target: Any) -> list[str] | None:
         return None
     want = {k: v for k, v in target.fingerprint.items() if k != "label"}
     here = client.run(_host_fingerprint, target.kind)
+    if all(fp == want for fp in here.values()):
+        return None  # every worker's host is such a machine: no restriction needed
     workers = sorted({urlsplit(addr).hostname or addr for addr, fp in here.items() if fp == want})
     if not workers:
         raise ClusterError(f"no worker of the cluster runs on a {target.describe()} host, where its "
