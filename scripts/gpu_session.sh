@@ -70,8 +70,10 @@ if [ "$phase" = model ]; then
     IFS=: read -r scheme name prec trials secs <<< "$item"
     M="$scheme:$name"; [ "$scheme" = zoo ] || { M=$scheme; prec=$name; }
     P=${prec:-fp32}
-    timeout ${secs:-${MODEL_S:-420}} python3 scripts/tune.py --model "$M" --target cuda --precision "$P" ${WINOGRAD:+--winograd $WINOGRAD} \
-      --trials ${trials:-${MODEL_TRIALS:-1000}} --db "$DB" --batch-size ${BATCH:-16} --json --no-progress 2>&1 \
+    S=${secs:-${MODEL_S:-420}}
+    # --time-budget ends the run with its summary; the timeout is a backstop
+    timeout $(( S + 60 )) python3 scripts/tune.py --model "$M" --target cuda --precision "$P" ${WINOGRAD:+--winograd $WINOGRAD} \
+      --trials ${trials:-${MODEL_TRIALS:-1000}} --time-budget "$S" --db "$DB" --batch-size ${BATCH:-16} --json --no-progress 2>&1 \
       | tail -2 | tee -a "$OUT/tune_model.txt"
     timeout ${BENCH_S:-240} python3 scripts/bench.py --model "$M" --target cuda --precision "$P" ${WINOGRAD:+--winograd $WINOGRAD} \
       --db "$DB" --repeat 5 --json --torch-compile-mode ${COMPILE_MODE:-max-autotune} 2>&1 | tail -2 | tee -a "$OUT/bench_model.txt"
