@@ -49,14 +49,27 @@ from autotune.schedule import (
 from autotune.target import Target
 from autotune.te import Workload
 
-from .defaults import cpu_defaults
+from .defaults import cpu_defaults, row_vectorizable
 from .sketch import Sketch
-from .space import ChoiceKnob, Config, SearchSpace, SplitKnob
+from .space import ChoiceKnob, Config, SearchSpace, SplitKnob, divisors
 
 MAX_ACCUMULATOR = 16384  # floats in the local accumulator tile (64 KiB)
 MAX_PACK = 32768  # floats in a packed operand tile (128 KiB, about L2-resident)
 MAX_UNROLLED = 64  # vector statements in the unrolled register tile
 PREPACKED = "@pre"  # pack knob suffix: the operand (a model constant) is pre-tiled at compile time
+
+
+def padded_extent(extent: int, lanes: int, innermost: bool) -> int:
+    """The extent whose factorizations a tiled axis's tile sizes are: the axis's own, or where that
+    offers no useful tile (the innermost axis not a whole number of half vectors; another axis
+    with no divisor from 4 to 16, such as ViT's 197 tokens) the next multiple of the lanes / of 8.
+    The tiles of such an axis are split with ``overlap``: its last tile is shifted back to end at
+    the extent, so every tile is whole (vectors, unrolled rows) and no element is guarded."""
+    if innermost:
+        return extent if extent <= lanes or extent % max(1, lanes // 2) == 0 else -(-extent // lanes) * lanes
+    if extent <= 16 or any(4 <= d <= 16 for d in divisors(extent)):
+        return extent
+    return -(-extent // 8) * 8
 
 
 def _vector_reducible(stage: Stage, lanes: int) -> bool:
@@ -66,8 +79,9 @@ def _vector_reducible(stage: Stage, lanes: int) -> bool:
 
 
 def _row_reducible(stage: Stage, lanes: int) -> bool:
-    """A reduction whose innermost reduction axis splits into whole vectors (a row of 128)."""
-    return stage.is_reduction and stage.reduce_axes[-1].extent % lanes == 0
+    """A reduction whose innermost reduction axis takes vector lanes: it splits into whole vectors
+    (a row of 128), or it is a row of a few vectors and a scalar tail (197 tokens)."""
+    return stage.is_reduction and row_vectorizable(stage.reduce_axes[-1].extent, lanes)
 
 
 def _coefficient_steps(stage: Stage, lanes: int, periods: dict[int, int]) -> list[Step]:
@@ -112,8 +126,11 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     names = [a.name for a in stage.axes]
     steps: list[Step] = []
     if vector_reduce == 2 and _row_reducible(stage, lanes):
-        r = stage.reduce_axes[-1].name
-        steps += [SplitStep(stage.name, r, lanes), vectorize(stage.name, f"{r}.1")]
+        r = stage.reduce_axes[-1]
+        if r.extent % lanes == 0:
+            steps += [SplitStep(stage.name, r.name, lanes), vectorize(stage.name, f"{r.name}.1")]
+        else:  # the whole row one vectorized loop: its vectors, then the tail (autotune.ir.passes)
+            steps.append(vectorize(stage.name, r.name))
         steps += [FuseStep(stage.name, tuple(names))] if len(names) > 1 else []
         return steps + [parallel(stage.name, "@".join(names))]
     if stage.is_reduction and vector_reduce and _vector_reducible(stage, lanes):
@@ -134,8 +151,10 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
         return steps
     last, last_ext = names[-1], stage.tensor.shape[-1]
     outer_names = names[:-1]
-    if last_ext % lanes == 0 and last_ext >= lanes:
-        steps += [SplitStep(stage.name, last, lanes), vectorize(stage.name, f"{last}.1")]
+    if last_ext >= lanes:
+        # whole vectors; where the extent is not whole vectors the last one overlaps the one before
+        steps += [SplitStep(stage.name, last, lanes, overlap=last_ext % lanes != 0),
+                  vectorize(stage.name, f"{last}.1")]
         outer_names.append(f"{last}.0")
     else:
         outer_names.append(last)
@@ -147,6 +166,17 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
 
 class CpuSketch(Sketch):
     """CPU rules on top of the shared analysis; turns configs into steps."""
+
+    def __init__(self, workload: Workload, target: Target, pad: bool = True) -> None:
+        super().__init__(workload, target)
+        if self.mode not in ("cache_write", "epilogue"):
+            return
+        last = len(self.extents) - 1
+        self.tile_extents = [padded_extent(e, self.lanes, i == last) if pad else e
+                             for i, e in enumerate(self.extents)]
+        self.padded = {a for a, e, p in zip(self.axes, self.extents, self.tile_extents) if p != e}
+        # a pre-tiled constant is laid out by whole tiles: none along an overlapping axis
+        self.prepackable = [n for n in self.prepackable if not self.pack_candidates[n][1] & self.padded]
 
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
@@ -160,7 +190,7 @@ class CpuSketch(Sketch):
                 knobs.append(ChoiceKnob("unroll_coefficients", (1, 0)))
         constraints = []
         if self.mode in ("cache_write", "epilogue"):
-            knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.extents)]
+            knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.tile_extents)]
             knobs += [SplitKnob(f"tile_{a}", e, 2) for a, e in zip(self.reduce_axes, self.reduce_extents)]
             knobs.append(ChoiceKnob("parallel_depth", (1, 2)))
             prepacked = tuple(f"{n}{PREPACKED}" for n in self.prepackable)
@@ -176,9 +206,14 @@ class CpuSketch(Sketch):
                 ("pack_size", self._pack_ok),
                 ("parallelism", self._parallel_ok),
                 ("registers", self._registers_loop_ok),
+                ("overlap", self._overlap_ok),
             ]
+        unpadded = None
+        if getattr(self, "padded", None):
+            def unpadded() -> SearchSpace:
+                return CpuSketch(self.workload, self.target, pad=False).space()
         return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints,
-                           rules=self._defaults)
+                           rules=self._defaults, unpadded=unpadded)
 
     def _defaults(self, space: SearchSpace) -> Iterator[Config]:
         return cpu_defaults(self, space)
@@ -189,8 +224,13 @@ class CpuSketch(Sketch):
     def _tile_elems(self, c: Config, from_level: int) -> int:
         return math.prod(math.prod(self._t(c, a)[from_level:]) for a in self.axes)
 
+    def _overlap_ok(self, c: Config) -> bool:
+        """A tile of an overlapping axis fits in its extent (its last one is shifted back)."""
+        return all(math.prod(self._t(c, a)[1:]) <= e
+                   for a, e in zip(self.axes, self.extents) if a in self.padded)
+
     def _vector_ok(self, c: Config) -> bool:
-        ext, t3 = self.extents[-1], self._t(c, self.axes[-1])[3]
+        ext, t3 = self.tile_extents[-1], self._t(c, self.axes[-1])[3]
         return ext % self.lanes != 0 or t3 % self.lanes == 0
 
     def _registers_ok(self, c: Config) -> bool:
@@ -260,7 +300,7 @@ class CpuSketch(Sketch):
         s0, s1, inner = [], [], []
         for ta, a in zip(self.tile_axes, self.axes):
             t = self._t(c, a)
-            steps.append(SplitStep(T, ta, t[1] * t[2] * t[3]))
+            steps.append(SplitStep(T, ta, t[1] * t[2] * t[3], overlap=a in self.padded))
             steps.append(SplitStep(T, f"{ta}.1", t[2] * t[3]))
             s0.append(f"{ta}.0")
             s1.append(f"{ta}.1.0")

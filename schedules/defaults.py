@@ -132,10 +132,20 @@ def _vectors_contiguous(sk) -> bool:  # noqa: ANN001 - a CpuSketch
     return _contiguous(anchor, anchor.axes[-1].var, placeholders=True)
 
 
+MAX_ROW_VECTORS = 32  # a row reduced as one vectorized loop (not whole vectors): its vectors, unrolled
+
+
+def row_vectorizable(extent: int, lanes: int) -> bool:
+    """Can a reduction along a row of ``extent`` take vector lanes: whole vectors (split by the
+    lanes), or a few vectors and a scalar tail (the row one vectorized loop)?"""
+    return extent % lanes == 0 or lanes < extent <= lanes * MAX_ROW_VECTORS
+
+
 def _vector_reduce(sk, choices: tuple) -> int:  # noqa: ANN001 - a CpuSketch
     """Lanes along the row (2) when every vectorizable row reduction reads its rows contiguously,
     else lanes across rows (1) when offered, else none."""
-    along = [st for st in sk.sch.stages if st.is_reduction and st.reduce_axes[-1].extent % sk.lanes == 0]
+    along = [st for st in sk.sch.stages
+             if st.is_reduction and row_vectorizable(st.reduce_axes[-1].extent, sk.lanes)]
     if 2 in choices and all(_contiguous(st, st.reduce_axes[-1].var) for st in along):
         return 2
     return 1 if 1 in choices else 0
@@ -156,7 +166,7 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
         yield base
         return
     n = len(sk.axes)
-    ext, lanes = list(sk.extents), sk.lanes
+    ext, lanes = list(sk.tile_extents), sk.lanes  # (padded where the extent has no useful tile)
     pack = f"{sk.prepackable[0]}@pre" if sk.prepackable else "none"
     consts = [t for t in sk.workload.inputs if t.name in sk.prepackable]
     weights = math.prod(consts[0].shape) if consts else 0
@@ -166,9 +176,13 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
     reduce_budget = REDUCE_STEP
     while True:
         t3 = register_tile(ext, lanes, rows_budget, 2 if contiguous else 1, rows)
+        # an overlapping (padded) axis needs two tiles at least: one would be longer than the axis
+        t3 = [largest_divisor(e, e // 2) if a in sk.padded and t == e else t
+              for a, e, t in zip(sk.axes, ext, t3)]
         rem = [e // t for e, t in zip(ext, t3)]
         outer = list(range(n))[::-1] if order else list(range(n))
         t0 = parallel_split(rem, outer, PARALLEL_PER_CORE * sk.cores)
+        t0 = [_grow_to(r, 2) if a in sk.padded and t == 1 else t for a, r, t in zip(sk.axes, rem, t0)]
         k1 = _fill(sk.reduce_extents, reduce_budget, list(range(len(sk.reduce_axes)))[::-1])
         cfg = dict(base)
         for a, e, a0, a3 in zip(sk.axes, ext, t0, t3):

@@ -92,6 +92,9 @@ class SearchSpace:
     version: int = 1
     # rule-based configs for a task with no records, best first (schedules.defaults)
     rules: Callable[[SearchSpace], Iterable[Config]] | None = field(default=None, compare=False)
+    # the space with every tiled axis factoring its own extent (no overlapping tiles): the one
+    # records measured before padded extents existed were drawn from (None: the same space)
+    unpadded: Callable[[], SearchSpace] | None = field(default=None, compare=False)
 
     def without(self, names: set[str]) -> SearchSpace:
         """The space with the named knobs removed: configs no longer carry them and the steps take
@@ -99,6 +102,20 @@ class SearchSpace:
         if not names:
             return self
         return replace(self, knobs=[k for k in self.knobs if k.name not in names])
+
+    def as_measured(self, configs: Iterable[Config]) -> SearchSpace:
+        """The space ``configs`` were drawn from: this one, or where their tile sizes factor the
+        axes' own extents (measured before padded extents existed), the unpadded one; knobs the
+        configs lack removed (``without``)."""
+        configs = list(configs)
+        space = self
+        splits = [k for k in self.knobs if isinstance(k, SplitKnob)]
+        if self.unpadded is not None and any(
+            k.name in c and math.prod(c[k.name]) != k.extent for c in configs for k in splits
+        ):
+            space = self.unpadded()
+        recorded = set().union(*(c.keys() for c in configs))
+        return space.without({k.name for k in space.knobs} - recorded)
 
     def _options(self) -> list[list]:
         return [k.options for k in self.knobs]

@@ -57,7 +57,7 @@ def _check_rules(space, cfg: dict, wl: te.Workload, target: Target) -> None:  # 
     sk = CpuSketch(wl, target)
     if sk.mode not in ("cache_write", "epilogue"):
         return
-    lanes, last = target.vector_lanes, sk.extents[-1]
+    lanes, last = target.vector_lanes, sk.tile_extents[-1]  # (padded where it has no useful tile)
     t3 = cfg[f"tile_{sk.axes[-1]}"][3]
     assert t3 in ((lanes, 2 * lanes) if last % lanes == 0 else (largest_divisor(last, lanes),))
     par = math.prod(cfg[f"tile_{a}"][0] for a in sk.axes)

@@ -154,9 +154,16 @@ class _Lowerer:
         guards: list[tuple[Expr, bool]] = []  # (condition, involves reduction)
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
-                value[rel.parent] = value[rel.outer] * ext[rel.inner] + value[rel.inner]
-                if ext[rel.outer] * ext[rel.inner] != ext[rel.parent]:
-                    guards.append((value[rel.parent] < ext[rel.parent], rel.parent.kind == "reduce"))
+                start = value[rel.outer] * ext[rel.inner]
+                if ext[rel.outer] * ext[rel.inner] == ext[rel.parent]:
+                    pass
+                elif rel.overlap and not isinstance(st.body, Reduce):
+                    # the last tile shifted back to end at the extent: it recomputes a few
+                    # elements of the one before it (the same values), and no element is guarded
+                    start = Binary("min", start, IntImm(ext[rel.parent] - ext[rel.inner]))
+                else:
+                    guards.append((start + value[rel.inner] < ext[rel.parent], rel.parent.kind == "reduce"))
+                value[rel.parent] = start + value[rel.inner]
             elif isinstance(rel, Fuse):
                 value[rel.outer] = Binary("floordiv", value[rel.fused], IntImm(ext[rel.inner]))
                 value[rel.inner] = Binary("mod", value[rel.fused], IntImm(ext[rel.inner]))

@@ -262,9 +262,13 @@ def _vector_reduction(loop: For, lanes: int, outer: For | None = None) -> Stmt |
     ``lanes`` combine into one vector, and with ``outer`` (the loop around it, also a reduction
     loop) a vector accumulator carries across its iterations; the lanes are combined into
     ``acc[i]`` once at the end. The order of the sum changes (float reassociation, like any
-    parallel reduction). None when ``loop`` is not such a reduction."""
+    parallel reduction). A ``loop`` that is not whole vectors (without ``outer``) ends with its
+    last iterations in scalar code. None when ``loop`` is not such a reduction."""
     st = loop.body
-    if not isinstance(st, Store) or loop.extent % lanes or not _float32_only(st):
+    tail = loop.extent % lanes  # iterations past the whole vectors: scalar, after them
+    if not isinstance(st, Store) or (tail and outer is not None) or loop.extent < lanes:
+        return None
+    if not _float32_only(st):
         return None
     v = st.value
     if not (isinstance(v, Binary) and v.op in _IDENTITY):
@@ -288,7 +292,12 @@ def _vector_reduction(loop: For, lanes: int, outer: For | None = None) -> Stmt |
     for c in chunks[1:]:
         acc = VBinary(v.op, acc, c, lanes)
     if outer is None:
-        return Store(st.buffer, st.index, Binary(v.op, Load(st.buffer, st.index), VReduce(v.op, acc)))
+        done = Store(st.buffer, st.index, Binary(v.op, Load(st.buffer, st.index), VReduce(v.op, acc)))
+        if not tail:
+            return done
+        t = Var(loop.var.name + "_tail")
+        rest = substitute_stmt(st, {loop.var: t + IntImm(loop.extent - tail)})
+        return seq(done, For(t, tail, rest, "serial"))
     tmp = Buffer(f"{st.buffer.name}_lanes", "float32", (lanes,), "local")
     zero = IntImm(0)
     lanes_acc = VLoad(tmp, zero, lanes)

@@ -38,6 +38,9 @@ class Split:
     inner: Loop
     factor: int | None  # inner extent
     nparts: int | None  # outer extent
+    # where the extent does not divide: the last tile shifted back to end at the extent (it
+    # overlaps the one before it and recomputes those elements) instead of a guarded partial tile
+    overlap: bool = False
 
 
 @dataclass(eq=False)
@@ -134,9 +137,12 @@ def _check_leaf(stage: Stage, loop: Loop) -> int:
 
 
 def split(
-    stage: Stage, loop: Loop, factor: int | None = None, nparts: int | None = None
+    stage: Stage, loop: Loop, factor: int | None = None, nparts: int | None = None, overlap: bool = False
 ) -> tuple[Loop, Loop]:
-    """Split ``loop`` into (outer, inner) by inner ``factor`` or by outer ``nparts``."""
+    """Split ``loop`` into (outer, inner) by inner ``factor`` or by outer ``nparts``. With
+    ``overlap`` a last partial tile is shifted back to end at the extent instead of guarded: valid
+    only for a spatial loop of a stage whose elements do not depend on what it stored before (an
+    elementwise stage; lowering checks it)."""
     if (factor is None) == (nparts is None):
         raise ScheduleError("split takes exactly one of factor and nparts")
     value = factor if factor is not None else nparts
@@ -146,7 +152,9 @@ def split(
     if loop in stage.annotations:
         raise ScheduleError(f"cannot split annotated loop {loop}")
     outer, inner = Loop(loop.name + ".0", loop.kind), Loop(loop.name + ".1", loop.kind)
-    stage.relations.append(Split(loop, outer, inner, factor, nparts))
+    if overlap and loop.kind != "spatial":
+        raise ScheduleError(f"an overlapping split needs a spatial loop, got {loop}")
+    stage.relations.append(Split(loop, outer, inner, factor, nparts, overlap))
     _move_attachments(stage, [loop], inner)
     stage.leaf_loops[pos : pos + 1] = [outer, inner]
     return outer, inner

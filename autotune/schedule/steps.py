@@ -31,11 +31,12 @@ class SplitStep(Step):
     loop: str
     factor: int | None = None
     nparts: int | None = None
+    overlap: bool = False  # a last partial tile shifted back (``state.split``)
     kind: ClassVar[str] = "split"
 
     def apply(self, sch: Schedule) -> None:
         st = sch.stage(self.stage)
-        S.split(st, st.loop(self.loop), self.factor, self.nparts)
+        S.split(st, st.loop(self.loop), self.factor, self.nparts, self.overlap)
 
 
 @dataclass(frozen=True)

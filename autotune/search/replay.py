@@ -97,10 +97,9 @@ class ReplayDB:
                     continue
                 wl = workload_from_description(w["description"])
                 space = make_space(wl, targets[tk])
-                # knobs added after the records were measured: the replayed space is the one they
-                # were measured in (each such knob at the value the code had before it existed)
-                recorded = set().union(*(r.config.keys() for r in recs.values()))
-                space = space.without({k.name for k in space.knobs} - recorded)
+                # the replayed space is the one the records were measured in (knobs added since at
+                # the value the code had before them, tiles on the axes' own extents)
+                space = space.as_measured(r.config for r in recs.values())
                 tasks.append(ReplayTask(wl, targets[tk], space, w["name"], recs))
             self._tasks = sorted(tasks, key=lambda t: (t.label, t.key))
         return self._tasks
