@@ -45,7 +45,8 @@ def test_module_source_launches_every_call_from_one_captured_sequence() -> None:
     assert src.count('extern "C" __global__') >= tasks
     for needle in ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaGraphLaunch",
                    'extern "C" int model_x_init(', 'extern "C" int model_x_run(',
-                   'extern "C" int model_x_time(', "M.arena +", "M.consts["):
+                   'extern "C" int model_x_time(', 'extern "C" void model_x_device_runs(', "M.arena +",
+                   "M.consts[", "io[0]"):
         assert needle in src, needle
 
 
@@ -58,7 +59,7 @@ def test_module_builds_with_nvcc_and_fails_to_load_clearly_without_a_gpu(tmp_pat
     assert len(libs) == 1
     lib = ctypes.CDLL(str(libs[0]))  # self-contained: the CUDA runtime is linked in statically
     entry = "model_" + "".join(ch if ch.isalnum() else "_" for ch in zoo.make_model(MLP).graph.name)[:40]
-    for fn in ("init", "run", "time", "error", "free"):
+    for fn in ("init", "run", "run_device", "device_runs", "time", "error", "free"):
         assert hasattr(lib, f"{entry}_{fn}")
 
 

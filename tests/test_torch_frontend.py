@@ -260,6 +260,34 @@ def test_cuda_tensors_run_on_the_gpu_module(name, cls, caplog):
     assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tensors_cross_without_copies_once_their_addresses_repeat():
+    """A CUDA region called again on the same device addresses replays a graph captured on them:
+    the input read and the output written where PyTorch holds them, no device-to-device copies;
+    new addresses (or a misaligned view) take the copy path; every result equals eager's."""
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval().cuda()
+    x = torch.randn(32, 64, device="cuda")
+    compiled = at.compile(model, (x,), target="cuda")
+    (region,) = compiled.regions
+    want = model(x).detach().cpu()
+    outs = [compiled(x) for _ in range(4)]  # the outputs kept: each call a new output address
+    for o in outs:
+        _close(o.cpu(), want)
+    assert region.executable.device_runs() == (0, 4)
+    del outs
+    for _ in range(4):  # the output dropped each time: the caching allocator hands its block back
+        _close(compiled(x).cpu(), want)
+    direct, copied = region.executable.device_runs()
+    assert direct >= 2 and direct + copied == 8, (direct, copied)
+    shifted = torch.randn(32 * 64 + 1, device="cuda")[1:].view(32, 64)  # 4 bytes off: not aligned
+    _close(compiled(shifted).cpu(), model(shifted).detach().cpu())
+    _close(compiled(shifted).cpu(), model(shifted).detach().cpu())
+    assert region.executable.device_runs()[1] == copied + 2
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("spec", ["tv:resnet18", "tv:mobilenet_v3_small", "hf:gpt2", "hf:t5"])
 def test_torchvision_and_transformers_models_compile_whole_and_match_eager(spec):
     """Real architectures (random weights; the checks of bench/torch/architectures.py): every
