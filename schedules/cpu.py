@@ -61,12 +61,16 @@ PREPACKED = "@pre"  # pack knob suffix: the operand (a model constant) is pre-ti
 
 def padded_extent(extent: int, lanes: int, innermost: bool) -> int:
     """The extent whose factorizations a tiled axis's tile sizes are: the axis's own, or where that
-    offers no useful tile (the innermost axis not a whole number of half vectors; another axis
-    with no divisor from 4 to 16, such as ViT's 197 tokens) the next multiple of the lanes / of 8.
-    The tiles of such an axis are split with ``overlap``: its last tile is shifted back to end at
-    the extent, so every tile is whole (vectors, unrolled rows) and no element is guarded."""
+    offers no useful tile the next multiple of the lanes / of 8: the innermost axis not whole
+    vectors (but a short one of whole half vectors, such as 24 or 40 channels, where a shifted
+    vector would recompute a third of the row), another axis with no divisor from 4 to 16 (ViT's
+    197 tokens). The tiles of such an axis are split with ``overlap``: its last tile is shifted
+    back to end at the extent, so every tile is whole (vectors, unrolled rows) and no element is
+    guarded."""
     if innermost:
-        return extent if extent <= lanes or extent % max(1, lanes // 2) == 0 else -(-extent // lanes) * lanes
+        half = max(1, lanes // 2)
+        whole = extent <= lanes or extent % lanes == 0 or (extent % half == 0 and extent < 4 * lanes)
+        return extent if whole else -(-extent // lanes) * lanes
     if extent <= 16 or any(4 <= d <= 16 for d in divisors(extent)):
         return extent
     return -(-extent // 8) * 8

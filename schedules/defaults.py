@@ -91,8 +91,10 @@ def register_tile(extents: list[int], lanes: int, budget: int, max_vectors: int 
     along the innermost axis): then each vector loaded serves as many rows as fit. ``rows``: the
     outer axes in the order they take rows (default innermost first)."""
     outer = rows if rows is not None else list(range(len(extents) - 2, -1, -1))
-    if extents[-1] % lanes:
-        return _fill(extents[:-1], budget, outer) + [largest_divisor(extents[-1], lanes)]
+    if extents[-1] % lanes:  # half vectors where they divide it, else the largest divisor
+        last = extents[-1]
+        half = lanes // 2 if lanes > 1 and last % (lanes // 2) == 0 else largest_divisor(last, lanes)
+        return _fill(extents[:-1], budget, outer) + [half]
     best: list[int] = []
     for vectors in range(max_vectors, 0, -1):
         if extents[-1] % (vectors * lanes) == 0:

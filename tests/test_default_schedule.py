@@ -59,7 +59,8 @@ def _check_rules(space, cfg: dict, wl: te.Workload, target: Target) -> None:  # 
         return
     lanes, last = target.vector_lanes, sk.tile_extents[-1]  # (padded where it has no useful tile)
     t3 = cfg[f"tile_{sk.axes[-1]}"][3]
-    assert t3 in ((lanes, 2 * lanes) if last % lanes == 0 else (largest_divisor(last, lanes),))
+    odd = (lanes // 2,) if last % (lanes // 2) == 0 else (largest_divisor(last, lanes),)
+    assert t3 in ((lanes, 2 * lanes) if last % lanes == 0 else odd)
     par = math.prod(cfg[f"tile_{a}"][0] for a in sk.axes)
     assert par >= min(target.cores, math.prod(sk.extents) // lanes)
     assert cfg["unroll"] == 1

@@ -28,7 +28,8 @@ def test_padded_extent_rules() -> None:
     assert padded_extent(196, 16, innermost=False) == 196  # 4, 7, 14 divide it
     assert padded_extent(13, 16, innermost=False) == 13  # short: whole
     assert padded_extent(197, 16, innermost=True) == 208  # whole vectors
-    assert padded_extent(1000, 16, innermost=True) == 1000  # whole half vectors
+    assert padded_extent(40, 16, innermost=True) == 40  # a short row of whole half vectors
+    assert padded_extent(104, 16, innermost=True) == 112  # a long one: whole vectors
     assert padded_extent(100, 16, innermost=True) == 112
     assert padded_extent(12, 16, innermost=True) == 12  # under one vector
 
