@@ -142,6 +142,10 @@ def test_tune_compile_bench_cli_on_a_small_mlp(tmp_path, capsys) -> None:  # noq
     # warm-up: every task gets measured
     assert len(tasks) == 4 and all(t["trials"] >= 1 and t["weight"] == 1 for t in tasks)
     assert sum(t["trials"] for t in tasks) == 8
+    # where the tuning time went: every stage took some, and they add up to the wall time
+    secs = first["seconds"]
+    assert set(secs) == {"render", "build", "run", "search_and_db"} and all(v > 0 for v in secs.values())
+    assert sum(secs.values()) <= first["elapsed_s"] + 0.05 and 0 < first["runner_busy"] < 1
     assert tune.main(base + ["--trials", "10"]) == 0  # resumes: tops up to 10
     again = _last_json(capsys.readouterr().out)
     assert again["trials"] == 10 and again["new_trials"] == 2

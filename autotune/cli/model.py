@@ -249,6 +249,10 @@ def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) ->
         f"kernel time times its calls), {summary.elapsed_s:.1f} s",
         flush=True,
     )
+    if summary.new_trials:
+        split = ", ".join(f"{k.replace('_', ' + ')} {v:.1f} s" for k, v in summary.seconds.items())
+        print(f"{summary.model}: where the time went: {split}; runner busy {summary.runner_busy:.0%} "
+              "of the wall time", flush=True)
     for line in next_steps(args):
         print(line, flush=True)
     out = summary.to_json()

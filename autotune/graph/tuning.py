@@ -18,7 +18,7 @@ from ..search import TuneOptions, make_tuner
 from ..search.confirm import confirm_finalists, missing_confirmations
 from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
-from ..search.tune import TuneSummary, _progress, _record, register, summarize
+from ..search.tune import TuneSummary, _progress, _record, register, summarize, where_time_went
 from ..target import Target
 from .compiler import Prepared
 from .scheduler import GradientScheduler
@@ -50,6 +50,8 @@ class ModelTuneSummary:
     estimated_s: float
     tasks: list[ModelTask] = field(default_factory=list)
     rounds: int = 0
+    seconds: dict = field(default_factory=dict)  # render / build / run / search_and_db of the run
+    runner_busy: float = 0.0  # fraction of the wall time the runners were running kernels
 
     def task_json(self, mt: ModelTask) -> dict:
         base = (
@@ -81,6 +83,8 @@ class ModelTuneSummary:
             "estimated_latency_s": None if math.isinf(self.estimated_s) else self.estimated_s,
             "rounds": self.rounds,
             "elapsed_s": round(self.elapsed_s, 2),
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "runner_busy": round(self.runner_busy, 3),
             "tasks": rows,
         }
 
@@ -260,6 +264,7 @@ def tune_model(
     elapsed = time.perf_counter() - start
     for mt in tasks:
         mt.summary = summarize(db, mt.task.workload, target, mt.new_trials, 0, elapsed)
+    seconds, busy = where_time_went([s.measurer for s in sessions.values()], elapsed)
     return ModelTuneSummary(
         model=prepared[0].graph.name,
         layouts=[p.layout for p in prepared],
@@ -271,6 +276,8 @@ def tune_model(
         estimated_s=sched.estimated_latency(),
         tasks=tasks,
         rounds=rounds,
+        seconds=seconds,
+        runner_busy=busy,
     )
 
 

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from records import CONFIRM_LABEL, MeasurementRecord, TuningDatabase, config_key
 from records.owner import process_owner
@@ -197,12 +197,23 @@ def tune_workload(
     summary = summarize(db, wl, target, new, space.size(), elapsed)
     summary.unconfirmed = len(missing_confirmations(db, wl, target, options.confirm, options.confirm_rounds))
     if measurer is not None:
-        summary.seconds = dict(measurer.seconds)
-        if not getattr(measurer, "pipelined", False):  # (pipelined: stages overlap, seconds are summed)
-            summary.seconds["search_and_db"] = elapsed - sum(measurer.seconds.values())
-        runners = getattr(measurer, "runners", 1)
-        summary.runner_busy = measurer.seconds.get("run", 0.0) / (elapsed * runners) if elapsed > 0 else 0.0
+        summary.seconds, summary.runner_busy = where_time_went([measurer], elapsed)
     return summary
+
+
+def where_time_went(measurers: Sequence[Any], elapsed: float) -> tuple[dict, float]:
+    """Seconds of a tuning run by stage (render / build / run, summed over the measurers; the rest
+    of the wall time ``search_and_db``: proposing, the cost model, the database) and the fraction
+    of the wall time the runners were running kernels. A pipelined measurer's stages overlap, so
+    its seconds are sums with no remainder."""
+    seconds: dict[str, float] = {"render": 0.0, "build": 0.0, "run": 0.0}
+    for m in measurers:
+        for k, v in getattr(m, "seconds", {}).items():
+            seconds[k] = seconds.get(k, 0.0) + v
+    if not any(getattr(m, "pipelined", False) for m in measurers):
+        seconds["search_and_db"] = max(0.0, elapsed - sum(seconds.values()))
+    runners = max([getattr(m, "runners", 1) for m in measurers], default=1)
+    return seconds, seconds["run"] / (elapsed * runners) if elapsed > 0 else 0.0
 
 
 def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tuner, space: Any, measurer: Any,
