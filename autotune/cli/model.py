@@ -250,7 +250,8 @@ def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) ->
         flush=True,
     )
     if summary.new_trials:
-        split = ", ".join(f"{k.replace('_', ' + ')} {v:.1f} s" for k, v in summary.seconds.items())
+        split = ", ".join(f"{k.replace('_and_', ' and ').replace('_', ' ')} {v:.1f} s"
+                          for k, v in summary.seconds.items())
         print(f"{summary.model}: where the time went: {split}; runner busy {summary.runner_busy:.0%} "
               "of the wall time", flush=True)
     for line in next_steps(args):
