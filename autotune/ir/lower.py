@@ -155,13 +155,12 @@ class _Lowerer:
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
                 start = value[rel.outer] * ext[rel.inner]
-                if ext[rel.outer] * ext[rel.inner] == ext[rel.parent]:
-                    pass
-                elif rel.overlap and not isinstance(st.body, Reduce):
+                partial = ext[rel.outer] * ext[rel.inner] != ext[rel.parent]
+                if partial and rel.overlap and not isinstance(st.body, Reduce):
                     # the last tile shifted back to end at the extent: it recomputes a few
                     # elements of the one before it (the same values), and no element is guarded
                     start = Binary("min", start, IntImm(ext[rel.parent] - ext[rel.inner]))
-                else:
+                elif partial:
                     guards.append((start + value[rel.inner] < ext[rel.parent], rel.parent.kind == "reduce"))
                 value[rel.parent] = start + value[rel.inner]
             elif isinstance(rel, Fuse):
