@@ -300,3 +300,27 @@ def test_torchvision_and_transformers_models_compile_whole_and_match_eager(spec)
     row = check(spec)
     assert row["graphs"] >= 1 and row["eager_ops"] == [], row
     assert row["rel_err"] < 1e-5 and row["output_depends_on_input"], row
+
+
+def test_each_operator_definition_declares_its_aten_overloads_and_the_frontend_converts_them():
+    """The torch mapping of an operator lives in its definition (``OpDef.aten``): every declared
+    overload exists in torch, the frontend converts it into that operator, and a model of one such
+    overload compiles to that operator and matches eager."""
+    from autotune.graph.ops import OPS
+    from autotune.torch.aten import _ELEMENTWISE, CONVERTERS
+
+    declared = {(name, overload) for name, op in OPS.items() for overload in op.aten}
+    assert len(declared) >= 50
+    for name, overload in declared:
+        packet, _, over = overload.partition(".")
+        target = getattr(getattr(torch.ops.aten, packet), over)
+        assert target in CONVERTERS and _ELEMENTWISE[target][0].lstrip("!") == name, overload
+
+    class Model(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.maximum(torch.sigmoid(x), y).amax(dim=1) + (x > y).sum(dim=1)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    compiled = at.compile(Model(), (x, y))
+    assert not compiled.report.fallback_ops
+    _close(compiled(x, y), Model()(x, y))

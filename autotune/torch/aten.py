@@ -2,7 +2,11 @@
 IR, named as the ONNX operator definitions of :mod:`autotune.graph.ops`: a subgraph imported from
 PyTorch and the same subgraph imported from ONNX become the same tasks with the same database keys.
 
-Each entry of ``CONVERTERS`` maps one ATen overload to a function ``(cx, node) -> value names`` that
+An ATen overload that is one operator on the same operands is declared by that operator's definition
+(``OpDef.aten``: its torch mapping, beside its inference, numpy form and te builder) and converted
+here by the form declared; ATen operators that become several operators (``linear``, ``convolution``,
+``native_layer_norm``, views, indexing) have converters of their own below. Each entry of
+``CONVERTERS`` maps one ATen overload to a function ``(cx, node) -> value names`` that
 emits IR nodes through an :class:`Emitter`; python scalars become constants of the operation's
 element type, operands of another element type are cast first (PyTorch's type promotion made
 explicit). A node whose converter is missing, or whose tensors have an element type no kernel holds,
@@ -19,7 +23,7 @@ import numpy as np
 import torch
 
 from autotune.graph.ir import GraphError, Node, TensorType, contiguous
-from autotune.graph.ops import KERNEL_DTYPES
+from autotune.graph.ops import KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -135,78 +139,19 @@ def rank_of(node: Any) -> int:
     return len(tensor_vals(node)[0].shape)
 
 
-def _table(spec: str) -> dict[Any, tuple[str, str]]:
-    """Lines ``relu.default Relu unary`` -> ``{aten.relu.default: ("Relu", "unary")}`` (``!Op``: the
-    negation of Op)."""
+def _declared() -> dict[Any, tuple[str, str]]:
+    """The ATen overloads the operator definitions declare as themselves (``OpDef.aten``):
+    ``{aten.relu.default: ("Relu", "unary")}``, a negation as ``("!Equal", "compare")``."""
     out = {}
-    for item in spec.strip().splitlines():
-        overload, op, kind = item.split()
-        packet, _, name = overload.partition(".")
-        out[getattr(getattr(aten, packet), name)] = (op, kind)
+    for op in OPS.values():
+        for overload, form in op.aten.items():
+            packet, _, name = overload.partition(".")
+            negate = "!" if form.startswith("!") else ""
+            out[getattr(getattr(aten, packet), name)] = (negate + op.name, form.lstrip("!"))
     return out
 
 
-_ELEMENTWISE = _table("""
-relu.default Relu unary
-sigmoid.default Sigmoid unary
-tanh.default Tanh unary
-exp.default Exp unary
-log.default Log unary
-sqrt.default Sqrt unary
-neg.default Neg unary
-abs.default Abs unary
-erf.default Erf unary
-reciprocal.default Reciprocal unary
-floor.default Floor unary
-ceil.default Ceil unary
-sign.default Sign unary
-sin.default Sin unary
-cos.default Cos unary
-logical_not.default Not unary
-bitwise_not.default Not unary
-isnan.default IsNaN unary
-isinf.default IsInf unary
-add.Tensor Add binary
-add.Scalar Add binary
-sub.Tensor Sub binary
-sub.Scalar Sub binary
-mul.Tensor Mul binary
-mul.Scalar Mul binary
-div.Tensor Div binary
-div.Scalar Div binary
-pow.Tensor_Scalar Pow binary
-pow.Tensor_Tensor Pow binary
-maximum.default Max binary
-minimum.default Min binary
-rsub.Scalar Sub binary
-rsub.Tensor Sub binary
-remainder.Scalar Mod binary
-remainder.Tensor Mod binary
-logical_and.default And binary
-logical_or.default Or binary
-logical_xor.default Xor binary
-bitwise_and.Tensor And binary
-bitwise_or.Tensor Or binary
-eq.Tensor Equal compare
-eq.Scalar Equal compare
-ne.Tensor !Equal compare
-ne.Scalar !Equal compare
-lt.Tensor Less compare
-lt.Scalar Less compare
-le.Tensor LessOrEqual compare
-le.Scalar LessOrEqual compare
-gt.Tensor Greater compare
-gt.Scalar Greater compare
-ge.Tensor GreaterOrEqual compare
-ge.Scalar GreaterOrEqual compare
-mean.dim ReduceMean reduce
-sum.dim_IntList ReduceSum reduce
-amax.default ReduceMax reduce
-amin.default ReduceMin reduce
-mean.default ReduceMean reduce
-sum.default ReduceSum reduce
-prod.dim_int ReduceProd reduce
-""")
+_ELEMENTWISE = _declared()
 
 
 def _kind(kind: str) -> dict[Any, str]:

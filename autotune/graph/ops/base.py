@@ -70,6 +70,11 @@ class OpDef:
     # output positions whose value depends only on the operands' shapes and constant operands (Shape,
     # EyeLike, Dropout's mask): constants, whatever the run-time operands hold
     shape_only_outputs: tuple[int, ...] = ()
+    # its torch mapping: core ATen overloads (``packet.overload``, as ``torch.export`` leaves them)
+    # that are this operator on the same operands -> how the torch frontend reads their arguments
+    # (``unary``, ``binary``, ``compare``, ``reduce``; ``!compare``: the operator's negation).
+    # ATen operators that become several of these (``linear``, ``convolution``) are the frontend's.
+    aten: dict[str, str] = field(default_factory=dict)
 
 
 OPS: dict[str, OpDef] = {}
@@ -92,6 +97,7 @@ def register(
             dict(getattr(cls, "const_operands", {})),
             dict(getattr(cls, "output_operands", {})),
             tuple(getattr(cls, "shape_only_outputs", ())),
+            dict(getattr(cls, "aten", {})),
         )
         return cls
 

@@ -127,12 +127,18 @@ def _define(
     register(name, ELEMWISE, check)(type(f"_{name}", (base,), members))
 
 
-def _unary(name: str, np_fn: Callable, expr: Callable, dtypes: Sequence[str] = FLOAT, **kw: Any) -> None:
-    _define(name, np_fn=np_fn, expr=expr, dtypes=dtypes, **kw)
+def _unary(name: str, np_fn: Callable, expr: Callable, dtypes: Sequence[str] = FLOAT,
+           aten: Sequence[str] = (), **kw: Any) -> None:
+    """A one-operand operator; ``aten``: the ATen overloads that are it (``OpDef.aten``)."""
+    _define(name, np_fn=np_fn, expr=expr, dtypes=dtypes, aten=dict.fromkeys(aten, "unary"), **kw)
 
 
-def _binary(name: str, np_fn: Callable, expr: Callable, dtypes: Sequence[str] = NUMERIC, **kw: Any) -> None:
-    _define(name, arity=(2, 2), np_fn=np_fn, expr=expr, dtypes=dtypes, **kw)
+def _binary(name: str, np_fn: Callable, expr: Callable, dtypes: Sequence[str] = NUMERIC,
+            aten: Sequence[str] | dict[str, str] = (), **kw: Any) -> None:
+    """A two-operand operator; ``aten``: the ATen overloads that are it (``OpDef.aten``; forms other
+    than ``binary`` given by a dict)."""
+    forms = aten if isinstance(aten, dict) else dict.fromkeys(aten, "binary")
+    _define(name, arity=(2, 2), np_fn=np_fn, expr=expr, dtypes=dtypes, aten=forms, **kw)
 
 
 # --- unary math -------------------------------------------------------------------------------------
@@ -173,52 +179,57 @@ def _selu(a: dict, d: str, v: Expr) -> Expr:
     return gamma * T.select(compare("lt", 0.0, v), v, alpha * (T.exp(v) - 1.0))
 
 
-_UNARY_FLOAT: dict[str, tuple[Callable, Callable]] = {
-    # name: (numpy of x, expression of v)
-    "Sigmoid": (lambda x: 1 / (1 + np.exp(-x)), T.sigmoid),
-    "Tanh": (np.tanh, T.tanh),
-    "Erf": (erf_np, erf_expr),
-    "Sqrt": (np.sqrt, T.sqrt),
-    "Exp": (np.exp, T.exp),
-    "Log": (np.log, T.log),
-    "Reciprocal": (lambda x: 1 / x, lambda v: 1.0 / v),
-    "Floor": (np.floor, T.floor),
-    "Ceil": (np.ceil, T.ceil),
-    "Round": (np.rint, T.nearbyint),
-    "Sin": (np.sin, T.sin),
-    "Cos": (np.cos, T.cos),
-    "Tan": (np.tan, T.tan),
-    "Asin": (np.arcsin, T.asin),
-    "Acos": (np.arccos, T.acos),
-    "Atan": (np.arctan, T.atan),
-    "Sinh": (np.sinh, T.sinh),
-    "Cosh": (np.cosh, T.cosh),
-    "Asinh": (np.arcsinh, T.asinh),
-    "Acosh": (np.arccosh, T.acosh),
-    "Atanh": (np.arctanh, T.atanh),
-    "Softplus": (_softplus_np, _softplus),
-    "Softsign": (lambda x: x / (1 + np.abs(x)), lambda v: v / (1.0 + T.fabs(v))),
-    "Mish": (lambda x: x * np.tanh(_softplus_np(x)), lambda v: v * T.tanh(_softplus(v))),
+_UNARY_FLOAT: dict[str, tuple[Callable, Callable, tuple[str, ...]]] = {
+    # name: (numpy of x, expression of v, the ATen overloads that are it)
+    "Sigmoid": (lambda x: 1 / (1 + np.exp(-x)), T.sigmoid, ("sigmoid.default",)),
+    "Tanh": (np.tanh, T.tanh, ("tanh.default",)),
+    "Erf": (erf_np, erf_expr, ("erf.default",)),
+    "Sqrt": (np.sqrt, T.sqrt, ("sqrt.default",)),
+    "Exp": (np.exp, T.exp, ("exp.default",)),
+    "Log": (np.log, T.log, ("log.default",)),
+    "Reciprocal": (lambda x: 1 / x, lambda v: 1.0 / v, ("reciprocal.default",)),
+    "Floor": (np.floor, T.floor, ("floor.default",)),
+    "Ceil": (np.ceil, T.ceil, ("ceil.default",)),
+    "Round": (np.rint, T.nearbyint, ()),
+    "Sin": (np.sin, T.sin, ("sin.default",)),
+    "Cos": (np.cos, T.cos, ("cos.default",)),
+    "Tan": (np.tan, T.tan, ()),
+    "Asin": (np.arcsin, T.asin, ()),
+    "Acos": (np.arccos, T.acos, ()),
+    "Atan": (np.arctan, T.atan, ()),
+    "Sinh": (np.sinh, T.sinh, ()),
+    "Cosh": (np.cosh, T.cosh, ()),
+    "Asinh": (np.arcsinh, T.asinh, ()),
+    "Acosh": (np.arccosh, T.acosh, ()),
+    "Atanh": (np.arctanh, T.atanh, ()),
+    "Softplus": (_softplus_np, _softplus, ()),
+    "Softsign": (lambda x: x / (1 + np.abs(x)), lambda v: v / (1.0 + T.fabs(v)), ()),
+    "Mish": (lambda x: x * np.tanh(_softplus_np(x)), lambda v: v * T.tanh(_softplus(v)), ()),
     "HardSwish": (
         lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
         lambda v: v * T.max(T.min(v * (1.0 / 6.0) + 0.5, 1.0), 0.0),
+        (),
     ),
 }
-for _name, (_np, _ex) in _UNARY_FLOAT.items():
-    _unary(_name, lambda a, x, f=_np: f(x), lambda a, d, v, f=_ex: f(v))
+for _name, (_np, _ex, _aten) in _UNARY_FLOAT.items():
+    _unary(_name, lambda a, x, f=_np: f(x), lambda a, d, v, f=_ex: f(v), aten=_aten)
 
-_unary("Relu", lambda a, x: np.maximum(x, 0), lambda a, d, v: T.max(v, const(0, d)), NUMERIC)
-_unary("Neg", lambda a, x: np.negative(x), lambda a, d, v: const(0, d) - v, NUMERIC)
+_unary("Relu", lambda a, x: np.maximum(x, 0), lambda a, d, v: T.max(v, const(0, d)), NUMERIC,
+       aten=("relu.default",))
+_unary("Neg", lambda a, x: np.negative(x), lambda a, d, v: const(0, d) - v, NUMERIC, aten=("neg.default",))
 _unary(
     "Abs",
     lambda a, x: np.abs(x),
     lambda a, d, v: T.fabs(v) if d == "float32" else T.select(compare("lt", v, const(0, d)), -v, v),
     NUMERIC,
+    aten=("abs.default",),
 )
-_unary("Sign", lambda a, x: np.sign(x), _sign, NUMERIC)
-_unary("IsNaN", lambda a, x: np.isnan(x), lambda a, d, v: compare("ne", v, v), out_dtype="bool")
-_unary("IsInf", _isinf_np, _isinf, out_dtype="bool")
-_unary("Not", lambda a, x: np.logical_not(x), lambda a, d, v: Not(v), BOOL)
+_unary("Sign", lambda a, x: np.sign(x), _sign, NUMERIC, aten=("sign.default",))
+_unary("IsNaN", lambda a, x: np.isnan(x), lambda a, d, v: compare("ne", v, v), out_dtype="bool",
+       aten=("isnan.default",))
+_unary("IsInf", _isinf_np, _isinf, out_dtype="bool", aten=("isinf.default",))
+_unary("Not", lambda a, x: np.logical_not(x), lambda a, d, v: Not(v), BOOL,
+       aten=("logical_not.default", "bitwise_not.default"))
 _unary(
     "LeakyRelu",
     lambda a, x: np.where(x < 0, _a(a, "alpha", 0.01) * x, x),
@@ -332,16 +343,18 @@ def _mod(a: dict, d: str, x: Expr, y: Expr) -> Expr:
 class _Mod(_Elementwise):
     arity = (2, 2)
     dtypes = NUMERIC
+    aten = {"remainder.Scalar": "binary", "remainder.Tensor": "binary"}  # (Python's floored modulo)
     np_fn = staticmethod(_mod_np)
     expr = staticmethod(_mod)
 
 
 register("Mod", ELEMWISE)(_Mod)
 
-_binary("Add", lambda a, x, y: x + y, lambda a, d, x, y: x + y)
-_binary("Sub", lambda a, x, y: x - y, lambda a, d, x, y: x - y)
-_binary("Mul", lambda a, x, y: x * y, lambda a, d, x, y: x * y)
-_binary("Div", _div_np, _div)
+_binary("Add", lambda a, x, y: x + y, lambda a, d, x, y: x + y, aten=("add.Tensor", "add.Scalar"))
+_binary("Sub", lambda a, x, y: x - y, lambda a, d, x, y: x - y,
+        aten=("sub.Tensor", "sub.Scalar", "rsub.Scalar", "rsub.Tensor"))
+_binary("Mul", lambda a, x, y: x * y, lambda a, d, x, y: x * y, aten=("mul.Tensor", "mul.Scalar"))
+_binary("Div", _div_np, _div, aten=("div.Tensor", "div.Scalar"))
 
 
 _POW_BASES = ("float32", "int32", "int64")
@@ -356,6 +369,7 @@ class _Pow(_Elementwise):
     arity = (2, 2)
     dtypes = NUMERIC
     same_dtype = False
+    aten = {"pow.Tensor_Scalar": "binary", "pow.Tensor_Tensor": "binary"}
 
     @classmethod
     def infer(cls, node: Node, types: Types, consts: Consts) -> list[TensorType]:
@@ -406,17 +420,25 @@ for _name, _cmp, _npc in (
     ("Greater", "gt", np.greater),
     ("GreaterOrEqual", "ge", np.greater_equal),
 ):
+    # ATen's eq/lt/le/gt/ge (Tensor and Scalar); ne as the negation of Equal
+    _forms = {f"{_cmp}.{k}": "compare" for k in ("Tensor", "Scalar")}
+    if _cmp == "eq":
+        _forms.update({"ne.Tensor": "!compare", "ne.Scalar": "!compare"})
     _op = {"gt": ("lt", True), "ge": ("le", True)}.get(_cmp, (_cmp, False))
     _binary(
         _name,
         lambda a, x, y, f=_npc: f(x, y),
         lambda a, d, x, y, o=_op: compare(o[0], y, x) if o[1] else compare(o[0], x, y),
         ANY if _name == "Equal" else NUMERIC,
+        aten=_forms,
         out_dtype="bool",
     )
-_binary("And", lambda a, x, y: np.logical_and(x, y), lambda a, d, x, y: compare("and", x, y), BOOL)
-_binary("Or", lambda a, x, y: np.logical_or(x, y), lambda a, d, x, y: compare("or", x, y), BOOL)
-_binary("Xor", lambda a, x, y: np.logical_xor(x, y), lambda a, d, x, y: compare("ne", x, y), BOOL)
+_binary("And", lambda a, x, y: np.logical_and(x, y), lambda a, d, x, y: compare("and", x, y), BOOL,
+        aten=("logical_and.default", "bitwise_and.Tensor"))
+_binary("Or", lambda a, x, y: np.logical_or(x, y), lambda a, d, x, y: compare("or", x, y), BOOL,
+        aten=("logical_or.default", "bitwise_or.Tensor"))
+_binary("Xor", lambda a, x, y: np.logical_xor(x, y), lambda a, d, x, y: compare("ne", x, y), BOOL,
+        aten=("logical_xor.default",))
 for _name, _bop, _npb in (
     ("BitwiseAnd", "bitand", np.bitwise_and),
     ("BitwiseOr", "bitor", np.bitwise_or),
@@ -477,8 +499,10 @@ def _fold_expr(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
 
 _MANY = (1, 1 << 30)
 _define("Sum", arity=_MANY, dtypes=NUMERIC, np_fn=_fold(np.add), expr=_fold_expr(lambda x, y: x + y))
-_define("Max", arity=_MANY, dtypes=NUMERIC, np_fn=_fold(np.maximum), expr=_fold_expr(T.max))
-_define("Min", arity=_MANY, dtypes=NUMERIC, np_fn=_fold(np.minimum), expr=_fold_expr(T.min))
+_define("Max", arity=_MANY, dtypes=NUMERIC, np_fn=_fold(np.maximum), expr=_fold_expr(T.max),
+        aten={"maximum.default": "binary"})
+_define("Min", arity=_MANY, dtypes=NUMERIC, np_fn=_fold(np.minimum), expr=_fold_expr(T.min),
+        aten={"minimum.default": "binary"})
 _define(
     "Mean",
     arity=_MANY,

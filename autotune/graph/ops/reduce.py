@@ -88,6 +88,14 @@ _REDUCE_NP: dict[str, Callable[[np.ndarray, tuple], np.ndarray]] = {
     "ReduceLogSumExp": lambda x, a: np.log(np.sum(np.exp(x), axis=a, keepdims=True)),
 }
 _REDUCE_TYPES = {"ReduceSum": NUMERIC, "ReduceMax": ANY, "ReduceMin": ANY}  # of bools: any / all
+# the ATen overloads that are each reduction (``OpDef.aten``)
+_REDUCE_ATEN = {
+    "ReduceSum": ("sum.dim_IntList", "sum.default"),
+    "ReduceMean": ("mean.dim", "mean.default"),
+    "ReduceMax": ("amax.default",),
+    "ReduceMin": ("amin.default",),
+    "ReduceProd": ("prod.dim_int",),
+}
 
 
 MAX_PRODUCT_TERMS = 64  # a run-time ReduceProd is an unrolled product of at most this many elements
@@ -143,6 +151,7 @@ def _reduce_expr(op: str, x: te.Tensor, axes: list[int], name: str) -> tuple[te.
 def _reduce_def(op: str) -> type:
     class _Reduce:
         const_operands = {1: "axes"}
+        aten = dict.fromkeys(_REDUCE_ATEN.get(op, ()), "reduce")
 
         @staticmethod
         def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
