@@ -73,9 +73,16 @@ class Sketch:
         self.sch = sch
         self.inline_always: list[str] = []
         self.inline_knob: list[str] = []
-        for st in sch.stages:
+        after_reduction: set[str] = set()  # stages that read a reduction's result (through others)
+        for st in sch.stages:  # (in topological order)
+            if any(t.name in after_reduction or sch.stage(t.name).is_reduction
+                   for t in st.reads() if not t.is_placeholder):
+                after_reduction.add(st.name)
             if not st.is_output and not st.is_reduction:
-                (self.inline_knob if _has_select(st) else self.inline_always).append(st.name)
+                # a select that could be its own stage: a padding-like producer, not one that reads a
+                # reduction's result (an attention mask after the product feeds the epilogue inlined)
+                knob = _has_select(st) and st.name not in after_reduction
+                (self.inline_knob if knob else self.inline_always).append(st.name)
         anchors = [st for st in sch.stages if _has_reuse(st)]
         self.anchor = anchors[0] if len(anchors) == 1 else None
         self.mode = "simple"

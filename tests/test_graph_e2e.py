@@ -300,3 +300,43 @@ def test_every_listed_operator_compiles_and_matches_onnxruntime(cache: str) -> N
     for layout in ("NHWC", "NCHW"):
         (y,) = compile_model(model, layout=layout, cache_dir=cache, verbose=False).run({"x": x})
         np.testing.assert_allclose(y, ref[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_with_an_infinite_constant_tunes_and_its_tasks_keep_their_keys(tmp_path, capsys) -> None:  # noqa: ANN001
+    """An attention mask written as Where(mask, scores, -inf) (Hugging Face's legacy exports): the
+    folded -inf is stored by name in the task's description (strict JSON), the description rebuilds
+    the same workload key, and tuning then compiling the model works."""
+    import onnx
+
+    from autotune.cli import tune
+    from autotune.graph.compiler import prepare
+    from autotune.graph.subgraph import build_workload
+    from records.record import canonical_json
+
+    ninf = helper.make_tensor("ninf", TensorProto.FLOAT, [], [float("-inf")])
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("MatMul", ["q", "k"], ["s"]),
+             helper.make_node("Where", ["mask", "s", "ninf"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])],
+            "masked",
+            [helper.make_tensor_value_info("q", TensorProto.FLOAT, [8, 16]),
+             helper.make_tensor_value_info("k", TensorProto.FLOAT, [16, 8]),
+             helper.make_tensor_value_info("mask", TensorProto.BOOL, [8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])],
+            [ninf],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 8
+    path = str(tmp_path / "masked.onnx")
+    onnx.save(model, path)
+    tasks = prepare(path).tasks
+    texts = [canonical_json(t.workload.description()) for t in tasks]
+    assert any('"-inf"' in t for t in texts)
+    assert all(build_workload(t.workload.description()).key == t.workload.key for t in tasks)
+    db = str(tmp_path / "t.db")
+    args = ["--model", path, "--db", db, "--trials", "4", "--batch-size", "2", "--json", "--no-progress"]
+    assert tune.main(args) == 0
+    out = _last_json(capsys.readouterr().out)
+    assert out["trials"] == 4 and out["errors"] == 0  # (the mask's select inlined into the epilogue)

@@ -15,7 +15,8 @@ A node may carry a ``name`` for its stage (default: the op and its position) and
 ``name`` (the named workloads' A, B, data, weight...); names are not part of the key. An input
 marked ``const`` is a weight of the model (a CPU schedule may pre-tile it at compile time).
 An arg is ``["in", i]`` (a workload input), ``["node", j]`` (an earlier node's output),
-``["scalar", v]`` (a constant folded into the expression) or ``null`` (an omitted optional input).
+``["scalar", v]`` (a constant folded into the expression; a non-finite float by its
+name, "-inf") or ``null`` (an omitted optional input).
 The last node's output is the workload's one output.
 """
 
@@ -58,8 +59,10 @@ def _resolve(arg: Any, inputs: list, values: list) -> Any:
     if kind == "node":
         return values[int(v)]
     if kind == "scalar":
-        # a folded constant: ["scalar", v] is float32, ["scalar", v, dtype] any other type
-        return float(v) if len(arg) == 2 else np.asarray(v, dtype=arg[2])
+        # a folded constant: ["scalar", v] is float32, ["scalar", v, dtype] any other type; a
+        # non-finite float is stored by name ("-inf")
+        v = float(v) if isinstance(v, str) else v
+        return v if len(arg) == 2 else np.asarray(v, dtype=arg[2])
     raise GraphError(f"bad subgraph argument {arg!r}")
 
 

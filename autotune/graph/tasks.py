@@ -4,8 +4,10 @@ structurally identical groups share one task whose weight is the number of occur
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +76,12 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "x".join(str(s) for s in shape) or "1"
 
 
+
+def _json_number(x: Any) -> Any:
+    """A folded scalar as the description stores it: a number, or a non-finite float as its name
+    ("inf", "-inf", "nan"; strict JSON has no literal for them: an attention mask's -inf)."""
+    return x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+
 def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
     """The canonical description of a group and the graph values bound to its inputs.
 
@@ -93,8 +101,8 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
         if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiub":
             c = g.consts[v]
             if c.dtype == np.float32:
-                return ["scalar", float(c.reshape(-1)[0])]
-            return ["scalar", c.reshape(-1)[0].item(), str(c.dtype)]
+                return ["scalar", _json_number(float(c.reshape(-1)[0]))]
+            return ["scalar", _json_number(c.reshape(-1)[0].item()), str(c.dtype)]
         if v not in inputs:
             inputs.append(v)
         if pos in _POSITIVE.get(user.op, ()):
