@@ -86,6 +86,18 @@ def test_tolerances_follow_precision_and_reduction_length() -> None:
     assert reduction_length(gemm_workload("dense", [4, 8, 96], "fp16")) == 96
 
 
+def test_an_infinite_reference_value_keeps_the_tolerance_finite() -> None:
+    # a masked score (-inf) sets no scale: a wrong finite value still fails, the -inf must match
+    from autotune.measure.worker import compare
+
+    ref = np.array([1.5, -3.0, -np.inf])
+    rtol, atol = tolerances([ref])
+    assert np.isfinite(atol) and atol == pytest.approx(rtol * 3.0)
+    assert compare(ref.astype(np.float32), ref, rtol, atol) is None
+    assert compare(np.array([1.5, 30.0, -np.inf], np.float32), ref, rtol, atol) is not None
+    assert compare(np.array([1.5, -3.0, 0.0], np.float32), ref, rtol, atol) is not None
+
+
 def _source(kind: str, dims: list[int], precision: str, cfg: dict) -> str:
     wl = gemm_workload(kind, dims, precision)
     space = make_space(wl, TARGET)

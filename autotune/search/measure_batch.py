@@ -45,8 +45,12 @@ def tolerances(
       (a random walk of roundings; the output scale itself grows like sqrt(length));
     - tf32: every input rounded to 10 mantissa bits (relative 2^-11): the products err by about
       2^-10 of their size, so the sum errs within a few 2^-10 of the output scale: 4e-3.
-    """
-    scale = max(float(np.max(np.abs(r))) for r in reference) if reference else 1.0
+
+    The output scale is that of the finite values: a reference that holds -inf (a masked score)
+    must not widen the tolerance to infinity (every finite value would pass); infinities match
+    only themselves."""
+    finite = [np.abs(r[np.isfinite(r)]) if r.dtype.kind in "fc" else np.abs(r) for r in reference]
+    scale = max((float(f.max()) for f in finite if f.size), default=1.0)
     rel = 4e-3 if precision == "tf32" else 1e-4 + 2.0**-24 * float(np.sqrt(max(reduction, 1)))
     return rel, rel * max(scale, 1e-3)
 
