@@ -173,6 +173,7 @@ class CpuSketch(Sketch):
 
     def __init__(self, workload: Workload, target: Target, pad: bool = True) -> None:
         super().__init__(workload, target)
+        self.padded: set[str] = set()  # tiled axes on a padded extent (overlapping tiles)
         if self.mode not in ("cache_write", "epilogue"):
             return
         last = len(self.extents) - 1
@@ -213,7 +214,7 @@ class CpuSketch(Sketch):
                 ("overlap", self._overlap_ok),
             ]
         unpadded = None
-        if getattr(self, "padded", None):
+        if self.padded:
             def unpadded() -> SearchSpace:
                 return CpuSketch(self.workload, self.target, pad=False).space()
         return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints,

@@ -76,11 +76,11 @@ def _dims(shape: tuple[int, ...]) -> str:
     return "x".join(str(s) for s in shape) or "1"
 
 
-
 def _json_number(x: Any) -> Any:
     """A folded scalar as the description stores it: a number, or a non-finite float as its name
     ("inf", "-inf", "nan"; strict JSON has no literal for them: an attention mask's -inf)."""
     return x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+
 
 def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
     """The canonical description of a group and the graph values bound to its inputs.
