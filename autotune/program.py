@@ -9,8 +9,16 @@ from typing import Sequence
 from .codegen import CpuRenderer, CudaRenderer
 from .ir import PrimFunc, lower, optimize
 from .ir.lower import lower_stages
-from .ir.nodes import Allocate, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLoad, VStore
-from .ir.passes import _walk_deep, check_parallel, map_exprs, simplify_stmt, unroll_loops, vectorize_loops
+from .ir.nodes import Allocate, AsyncCopy, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLoad, VStore
+from .ir.passes import (
+    _walk_deep,
+    async_copies,
+    check_parallel,
+    map_exprs,
+    simplify_stmt,
+    unroll_loops,
+    vectorize_loops,
+)
 from .ir.printer import format_stmt
 from .prepack import PrepackSpec
 from .schedule import ScheduleError, Step, TensorizeStep, apply_steps
@@ -122,6 +130,8 @@ def _buffers_used(s: Stmt) -> set[str]:
     def stmts(n: Stmt) -> None:
         if isinstance(n, (Store, VStore)):
             names.add(n.buffer.name)
+        if isinstance(n, AsyncCopy):
+            names.update((n.dst.name, n.src.name))
         if isinstance(n, Seq):
             for c in n.stmts:
                 stmts(c)
@@ -166,7 +176,7 @@ def lower_cuda_kernels(
         body = unroll_loops(nest, 64)
         body = simplify_stmt(body) or Seq([])
         body = vectorize_loops(body, target.vector_lanes)
-        body = simplify_stmt(body) or Seq([])
+        body = async_copies(simplify_stmt(body) or Seq([]))
         grid, block = _launch_dims(body)
         k = GpuKernel(
             f"{base}_k{i}", body, tuple(b for b in args + heap if b.name in _buffers_used(body)), grid, block

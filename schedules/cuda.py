@@ -7,12 +7,14 @@ Rules:
   tile per step) and an inner level; the accumulator lives in registers (cache_write local, or the
   reduction itself when an elementwise epilogue is fused into the tile); every reused operand is
   staged in shared memory, fetched cooperatively by the whole block (optionally 16 bytes a thread),
-  with optional padding of its rows against bank conflicts; a knob stores each tile with a spatial
-  dim innermost (A as [k][i], copied in A's own order so global reads stay coalesced) and another
-  copies per-k register fragments of every tile (float4 loads when the fragment allows); an
-  operand read through an inlined padding stage (a convolution's input) is either read straight
-  from global memory (the window reuse served by L1) or, with knob ``stage_padded``, staged in
-  shared memory too, its tile with the halo, the padding computed by the cooperative fetch;
+  with optional padding of its rows against bank conflicts, and optionally in a ring of 2 or 3
+  tiles filled ahead by asynchronous copies (``cp.async``: a software pipeline over the shared
+  tiles); a knob stores each tile with a spatial dim innermost (A as [k][i], copied in A's own
+  order so global reads stay coalesced) and another copies per-k register fragments of every tile
+  (float4 loads when the fragment allows); an operand read through an inlined padding stage (a
+  convolution's input) is either read straight from global memory (the window reuse served by
+  L1) or, with knob ``stage_padded``, staged in shared memory too, its tile with the halo, the
+  padding computed by the cooperative fetch;
 - every other stage: its spatial loops fused and spread over blocks x threads (x 4 lanes when the
   extent allows float4), one output element (or 4) a thread.
 Virtual threads are per-thread sub-tiles, lowered as unrolled loops.
@@ -31,6 +33,7 @@ from autotune.schedule import (
     ComputeAtStep,
     ComputeInlineStep,
     FuseStep,
+    PipelineStep,
     ReorderStep,
     SplitStep,
     Stage,
@@ -91,6 +94,8 @@ class CudaSketch(Sketch):
             ChoiceKnob("shared_layout", (0, 1)),
             # per-k register fragments of the shared tiles (loaded once, reused by the whole tile)
             ChoiceKnob("local_cache", (0, 1)),
+            # shared tiles in a ring of this many, filled ahead by cp.async (1: copy, sync, compute)
+            ChoiceKnob("stages", (1, 2, 3)),
         ]
         if self.padded_inputs:
             knobs.append(ChoiceKnob("stage_padded", (0, 1)))
@@ -98,7 +103,7 @@ class CudaSketch(Sketch):
             ("threads_per_block", self._threads_ok),
             ("occupancy", self._occupancy_ok),
             ("registers", lambda c: self._registers(c) <= 128),
-            ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
+            ("shared_memory", lambda c: self._shared_bytes(c) * c.get("stages", 1) <= self.max_shared),
             ("fetch_vector", self._fetch_ok),
             ("shared_layout", lambda c: not c["shared_layout"] or self._transposable),
             (
@@ -315,6 +320,10 @@ class CudaSketch(Sketch):
             rv.append(f"{a}.0")
             ri.append(f"{a}.1")
         steps.append(ReorderStep(R, tuple(r0 + r1 + rv + ri)))
+        depth = c.get("stages", 1)
+        if depth > 1 and len(r0) > 1:  # one loop over the shared tiles: the one pipelined
+            steps.append(FuseStep(R, tuple(r0)))
+            r0 = ["@".join(r0)]
         steps += [bind(R, x, "vthread") for x in rv]
         steps += [unroll(R, x) for x in ri[:-1]]
         steps.append(vectorize(R, ri[-1]) if self._t(c, self.axes[-1])[3] % 4 == 0 else unroll(R, ri[-1]))
@@ -335,6 +344,8 @@ class CudaSketch(Sketch):
             steps += _cooperative_fetch(sh, layout, threads, vec)
             if c["pad"]:
                 steps.append(StoragePadStep(sh, c["pad"]))
+        if depth > 1:
+            steps.append(PipelineStep(R, r0[-1], depth))
         return steps
 
 

@@ -247,6 +247,6 @@ def cuda_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 -
         cfg: Config = {f"tile_{a}": t for a, t in zip(sk.axes, _gpu_tiles(ext, inner, threads, pair))}
         k1 = _fill(rext, step, rorder)
         cfg.update({f"tile_{r}": [e // b, b] for r, e, b in zip(sk.reduce_axes, rext, k1)})
-        cfg.update(pad=0, unroll_k=int(math.prod(k1) <= 32), shared_layout=0, stage_padded=0)
+        cfg.update(pad=0, unroll_k=int(math.prod(k1) <= 32), shared_layout=0, stage_padded=0, stages=1)
         for fetch, local in ((4, 1), (1, 1), (1, 0)):
             yield dict(cfg, fetch_vector=fetch, local_cache=local)

@@ -4,6 +4,7 @@ A GPU, when present, runs a tiny end-to-end tune."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ MATMUL_CFG = {
     "unroll_k": 1,
     "shared_layout": 0,
     "local_cache": 0,
+    "stages": 1,
 }
 # the classic SGEMM shape: A stored k-major in shared memory, per-k register fragments
 FRAGMENT_CFG = {
@@ -42,6 +44,7 @@ FRAGMENT_CFG = {
     "unroll_k": 1,
     "shared_layout": 1,
     "local_cache": 1,
+    "stages": 1,
 }
 SOFTMAX_CFG = {"threads": 128, "vector": 4}
 # a 3x3 conv with its padded input staged in shared memory (halo tile, padding in the fetch)
@@ -59,6 +62,7 @@ CONV_STAGED_CFG = {
     "shared_layout": 0,
     "local_cache": 1,
     "stage_padded": 1,
+    "stages": 1,
 }
 
 
@@ -116,6 +120,10 @@ def test_softmax_source_uses_warp_shuffles() -> None:
         ("layernorm", "4,24", {"threads": 64, "vector": 1}),
         ("add_relu_mul", "64,256", {"threads": 256, "vector": 4}),
         ("conv2d", "1,64,56,56,64,3,3,1,1", CONV_STAGED_CFG),
+        # shared tiles in a ring filled by cp.async (16-byte and 4-byte copies, zero-filled padding)
+        ("matmul", "1024,1024,1024", dict(FRAGMENT_CFG, stages=3)),
+        ("matmul", "64,64,64", dict(MATMUL_CFG, stages=2)),
+        ("conv2d", "1,64,56,56,64,3,3,1,1", dict(CONV_STAGED_CFG, stages=2)),
     ],
 )
 def test_generated_cuda_compiles_with_nvcc(tmp_path: Path, op: str, shape: str, config: dict) -> None:
@@ -214,6 +222,76 @@ def test_forced_knobs_are_correct_in_emulation(op: str, shape: str, forced: dict
     r = runner.run(b.lib_path, prog.kernel_name, wl.key,
                    RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
     assert r.error_kind is None, (cfg, r.error_msg)
+
+
+def test_pipelined_tiles_are_copied_asynchronously() -> None:
+    src = cuda_source("matmul", "1024,1024,1024", dict(FRAGMENT_CFG, stages=3))
+    # a ring of 3 tiles of A ([k][i], 8 x (128 + 4 pad)) and of B
+    assert "__shared__ float A_shared[3168]" in src
+    body = src[src.index('extern "C" __global__') :]
+    # B's tile is copied in 16-byte pieces, A's (stored transposed) one element at a time
+    assert "AT_CP_ASYNC16(B_shared + " in body and "AT_CP_ASYNC4(A_shared + " in body
+    assert body.count("AT_CP_COMMIT();") == 2 and "AT_CP_WAIT(1);" in body
+    # the stage-1 kernel has none of it
+    plain = cuda_source("matmul", "1024,1024,1024", FRAGMENT_CFG)
+    assert "AT_CP_" not in plain[plain.index('extern "C" __global__') :]
+
+
+def _check_in_emulation(wl, space, cfg, builder, runner, rng) -> str | None:  # noqa: ANN001
+    """The emulated kernel of ``cfg`` against the float64 reference: None, or the error."""
+    inputs = wl.random_inputs(rng)
+    ref = wl.run_reference(inputs)
+    rtol, atol = tolerances(ref)
+    runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
+    prog = build_cuda_emulation(wl, space.steps(cfg), TARGET)
+    b = builder.build(prog.kernel_name, prog.source)
+    assert b.error_kind is None, b.error_msg
+    r = runner.run(b.lib_path, prog.kernel_name, wl.key,
+                   RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
+    return r.error_msg if r.error_kind else None
+
+
+def _sample_with(space, forced: dict, rng) -> dict:  # noqa: ANN001
+    for _ in range(500):
+        cfg = dict(space.sample(rng), **forced)
+        if space.is_valid(cfg):
+            return cfg
+    raise AssertionError(f"no valid config with {forced}")
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "forced"),
+    [
+        ("matmul", "48,40,24", {"stages": 2, "fetch_vector": 4}),
+        ("matmul", "64,64,64", {"stages": 3}),
+        ("dense_bias_gelu", "16,24,20", {"stages": 3, "local_cache": 1}),
+        # three reduction axes fused into the one pipelined loop; the padding zero-filled by the copy
+        ("conv2d", "1,6,9,9,8,3,3,1,1", {"stages": 2, "stage_padded": 1}),
+        ("conv2d", "1,4,11,11,6,3,3,2,1", {"stages": 3, "stage_padded": 0}),
+        ("batch_matmul", "2,24,16,20", {"stages": 2}),
+    ],
+)
+def test_pipelined_tiles_are_correct_in_emulation(op: str, shape: str, forced: dict, builder, runner) -> None:
+    wl = te.make_workload(op, shape)
+    space = make_space(wl, TARGET)
+    rng = np.random.default_rng()
+    for _ in range(2):
+        cfg = _sample_with(space, forced, rng)
+        assert "AT_CP_ASYNC" in build_cuda_program(wl, space.steps(cfg), TARGET).source.split("__global__")[1]
+        assert _check_in_emulation(wl, space, cfg, builder, runner, rng) is None, cfg
+
+
+def test_a_pipeline_that_reads_before_its_copies_land_is_caught(builder, runner, monkeypatch) -> None:
+    """The emulation performs a copy only when a wait retires its group: waiting for one group too
+    few leaves the tile about to be read unfilled, and the check fails."""
+    lower = importlib.import_module("autotune.ir.lower")  # the module (autotune.ir exports a function)
+    wl = te.make_workload("matmul", "64,64,64")
+    space = make_space(wl, TARGET)
+    rng = np.random.default_rng(0)
+    cfg = _sample_with(space, {"stages": 2, "tile_k": [8, 8]}, rng)
+    assert _check_in_emulation(wl, space, cfg, builder, runner, rng) is None
+    monkeypatch.setattr(lower, "pipeline_wait", lambda depth: depth - 1)
+    assert _check_in_emulation(wl, space, cfg, builder, runner, rng) is not None
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")

@@ -9,6 +9,9 @@ import math
 
 from ..ir.nodes import (
     Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Buffer,
     For,
     IfThen,
@@ -221,6 +224,15 @@ class CStyleRenderer:
             return [pad + self.vector_store(s)]
         if isinstance(s, Prefetch):
             return [pad + self.prefetch(s)]
+        if isinstance(s, AsyncCopy):  # the AT_CP_* macros of codegen.cp_async
+            size = 4 * s.lanes
+            got = str(size) if s.valid is None else f"({self.expr(s.valid)}) ? {size} : 0"
+            return [f"{pad}AT_CP_ASYNC{size}({s.dst.name} + {self.expr(s.dst_index)}, "
+                    f"{s.src.name} + {self.expr(s.src_index)}, {got});"]
+        if isinstance(s, AsyncCommit):
+            return [f"{pad}AT_CP_COMMIT();"]
+        if isinstance(s, AsyncWait):
+            return [f"{pad}AT_CP_WAIT({s.pending});"]
         raise TypeError(f"cannot render {type(s).__name__}")
 
     def cast(self, src: str, dst: str, text: str) -> str:

@@ -17,9 +17,10 @@ from ..ir.nodes import (
     VSelect,
     VStore,
 )
-from ..ir.simplify import linear, multiple_of
+from ..ir.simplify import aligned
 from ..te.expr import Expr
 from .c_base import C_TYPES, CStyleRenderer
+from .cp_async import CUDA_CP_ASYNC
 
 _PRELUDE = """#define AT_INF __int_as_float(0x7f800000)
 __device__ __forceinline__ float4 at_bcast4(float x) { return make_float4(x, x, x, x); }
@@ -33,14 +34,6 @@ __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_floa
 """
 
 
-def aligned(index: Expr, lanes: int) -> bool:
-    """True when ``index`` is provably a multiple of ``lanes``."""
-    lin = linear(index, {})
-    return lin.const % lanes == 0 and all(
-        c % lanes == 0 or multiple_of(a, lanes) for a, c in lin.terms.values()
-    )
-
-
 class CudaRenderer(CStyleRenderer):
     """``extern "C" __global__`` kernels; loops bound to blockIdx/threadIdx become index reads."""
 
@@ -51,7 +44,7 @@ class CudaRenderer(CStyleRenderer):
         self.lanes = lanes
 
     def prelude(self) -> str:
-        return _PRELUDE
+        return _PRELUDE + CUDA_CP_ASYNC
 
     def float_literal(self, value: float, dtype: str) -> str:
         text = super().float_literal(value, dtype)

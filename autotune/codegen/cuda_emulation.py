@@ -2,7 +2,8 @@
 
 The same lowered kernels that become CUDA are rendered as C: blocks run one after another, a block's
 threads are an OpenMP team (``omp_get_thread_num()`` is ``threadIdx.x``), ``__syncthreads()`` is an
-OpenMP barrier, shared buffers are declared once per block outside the team, local ones inside it.
+OpenMP barrier, shared buffers are declared once per block outside the team, local ones inside it;
+each thread queues its ``cp.async`` copies until a wait retires them (``codegen.cp_async``).
 This checks the GPU lowering (thread binding, shared-memory regions, barriers, float4 paths) on any
 machine, CI included; it says nothing about GPU speed.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from ..ir.nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Seq, Stmt
 from .c_base import C_TYPES
+from .cp_async import EMULATION_CP_ASYNC, EMULATION_QUEUE_DECL, EMULATION_QUEUE_FREE
 from .cpu import CpuRenderer
 
 
@@ -56,7 +58,7 @@ class CudaEmulationRenderer(CpuRenderer):
             lines.append("  }")
         lines += [f"  free({b.name});" for b in workspace]
         lines.append("}")
-        return self.with_prelude("\n".join(lines) + "\n")
+        return self.with_prelude(EMULATION_CP_ASYNC + "\n".join(lines) + "\n")
 
     def unpack_args_list(self, args: list[Buffer]) -> list[str]:
         return [
@@ -80,9 +82,10 @@ class CudaEmulationRenderer(CpuRenderer):
                 f"{pad}#pragma omp parallel num_threads({self.threads})",
                 pad + "{",
                 f"{pad}  int at_tx = omp_get_thread_num();",
+                f"{pad}  {EMULATION_QUEUE_DECL}",
             ]
             + inner
-            + [pad + "}"]
+            + [f"{pad}  {EMULATION_QUEUE_FREE}", pad + "}"]
         )
 
     def stmt(self, s: Stmt, depth: int) -> list[str]:

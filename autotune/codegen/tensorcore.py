@@ -4,7 +4,8 @@ A tensorized GEMM (``schedule.TensorizeStep``) is generated from one kernel body
 a small C dialect whose primitives are the warp instructions:
 
 - ``AT_CP_ASYNC16`` / ``AT_CP_COMMIT`` / ``AT_CP_WAIT(n)``: ``cp.async`` 16-byte global->shared
-  copies in commit groups, a ``stages``-deep pipeline (zero-fill past the matrix edge);
+  copies in commit groups (``codegen.cp_async``), a ``stages``-deep pipeline (zero-fill past the
+  matrix edge);
 - ``AT_LDMATRIX_X4[_T]``: ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``;
 - ``AT_MMA``: ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}`` or ``m16n8k8 ... tf32``.
 
@@ -14,7 +15,7 @@ collective instruction publishes each lane's operand (row address or registers) 
 exchange area, the team meets at a barrier, and each lane assembles its result from its peers'
 data (two exchange areas used alternately, so one barrier per instruction suffices); ``cp.async``
 copies are queued per thread and performed only when a ``cp.async.wait_group`` retires their
-group, so a pipeline that reads a stage before waiting for it computes wrong numbers here too.
+group (``codegen.cp_async``).
 
 Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 / m16n8k8"; g = lane >> 2,
 t = lane % 4): m16n8k16 A regs (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs
@@ -35,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .cp_async import CUDA_CP_ASYNC, EMULATION_CP_ASYNC, EMULATION_QUEUE_DECL, EMULATION_QUEUE_FREE
 from .lowp import C_PRELUDE, CUDA_PRELUDE, from_float, to_float
 
 WARP = 32
@@ -342,19 +344,15 @@ def launch_shape(view: GemmView, tile: TensorCoreTile) -> tuple[tuple[int, int, 
 _CTYPE = {"float16": "at_half", "bfloat16": "at_bf16", "float32": "float"}
 _PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
 
-_CUDA_PRIMS = r"""#ifndef AT_TENSOR_CORE_PRIMS
+_CUDA_PRIMS = CUDA_CP_ASYNC + r"""#ifndef AT_TENSOR_CORE_PRIMS
 #define AT_TENSOR_CORE_PRIMS
 #include <stdint.h>
-__device__ __forceinline__ unsigned at_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 #define AT_TID threadIdx.x
 #define AT_BX blockIdx.x
 #define AT_BY blockIdx.y
 #define AT_BZ blockIdx.z
 #define AT_SYNC() __syncthreads()
 #define AT_UNROLL _Pragma("unroll")
-#define AT_CP_ASYNC16(dst, src, n) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(at_saddr(dst)), "l"(src), "r"(n))
-#define AT_CP_COMMIT() asm volatile("cp.async.commit_group;\n" ::)
-#define AT_CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";\n" ::)
 #define AT_LDMATRIX_X4(r, p) asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) : "r"(at_saddr(p)))
 #define AT_LDMATRIX_X4_T(r, p) asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3]) : "r"(at_saddr(p)))
 __device__ __forceinline__ uint32_t at_tf32(float x) { uint32_t u; asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x)); return u; }
@@ -433,7 +431,7 @@ def render_cuda(view: GemmView, tile: TensorCoreTile, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _emulation_prims(view: GemmView, tile: TensorCoreTile, queue: int) -> str:
+def _emulation_prims(view: GemmView, tile: TensorCoreTile) -> str:
     T = tile.threads
     if view.dtype == "float32":
         elem = "static inline float at_el(uint32_t r, int hi) { (void)hi; uint32_t u = r & 0xffffe000u; float f; memcpy(&f, &u, 4); return f; }"
@@ -448,18 +446,6 @@ def _emulation_prims(view: GemmView, tile: TensorCoreTile, queue: int) -> str:
     return f"""#include <omp.h>
 #include <stdlib.h>
 {elem}
-typedef struct {{ unsigned char* d; const unsigned char* s; int n, g; }} at_cp_t;
-/* cp.async: queued, performed when a wait_group retires its group */
-static inline void at_cp_issue(at_cp_t* q, int* n, int g, unsigned char* d, const unsigned char* s, int bytes) {{
-  if (*n >= {queue}) abort();
-  q[*n].d = d; q[*n].s = s; q[*n].n = bytes; q[*n].g = g; ++*n; }}
-static inline void at_cp_wait(at_cp_t* q, int* n, int upto) {{
-  int j = 0;
-  for (int i = 0; i < *n; ++i) {{
-    if (q[i].g < upto) {{ memcpy(q[i].d, q[i].s, q[i].n); memset(q[i].d + q[i].n, 0, 16 - q[i].n); }}
-    else q[j++] = q[i];
-  }}
-  *n = j; }}
 /* ldmatrix .x4 (trans: of the transposed 8x8 matrices) */
 static void at_ldsm(uint32_t* r, const unsigned char* p, int trans, const unsigned char** xp, int tid, int* ph) {{
   const unsigned char** slot = xp + (*ph) * {T};
@@ -496,9 +482,6 @@ static void at_mma(float* d, const uint32_t* a, const uint32_t* b, uint32_t (*xm
 #define AT_BZ at_bz
 #define AT_SYNC() _Pragma("omp barrier")
 #define AT_UNROLL
-#define AT_CP_ASYNC16(dst, src, n) at_cp_issue(at_cpq, &at_cpn, at_cpg, (dst), (src), (n))
-#define AT_CP_COMMIT() (++at_cpg)
-#define AT_CP_WAIT(n) at_cp_wait(at_cpq, &at_cpn, at_cpg - (n))
 #define AT_LDMATRIX_X4(r, p) at_ldsm((r), (p), 0, at_xp, at_tid, &at_ph)
 #define AT_LDMATRIX_X4_T(r, p) at_ldsm((r), (p), 1, at_xp, at_tid, &at_ph)
 #define AT_MMA(d, a, b) at_mma((d), (a), (b), at_xm, at_tid, &at_ph)
@@ -513,13 +496,11 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
     body = _Body(view, tile)
     T = tile.threads
     grid, _ = launch_shape(view, tile)
-    a_chunks = body.a_rows * body.a_len // body.epc
-    b_chunks = body.b_rows * body.b_len // body.epc
-    queue = tile.stages * (math.ceil(a_chunks / T) + math.ceil(b_chunks / T)) + 1
     smem = shared_bytes(view, tile)
     ins = " ".join(f"const {_CTYPE[d]}* in{i} = (const {_CTYPE[d]}*)args[{i}];" for i, d in enumerate(view.inputs))
     lines = [
-        C_PRELUDE + _emulation_prims(view, tile, queue) + _conversions(view, "c") + "#include <math.h>\n",
+        C_PRELUDE + EMULATION_CP_ASYNC + _emulation_prims(view, tile) + _conversions(view, "c")
+        + "#include <math.h>\n",
         f"void {name}(void** args) {{",
         f"  {ins} float* C = (float*)args[{len(view.inputs)}];",
         f"  unsigned char* at_smem = (unsigned char*)aligned_alloc(128, {smem + (-smem) % 128});",
@@ -535,10 +516,10 @@ def render_emulation(view: GemmView, tile: TensorCoreTile, name: str) -> str:
         f"    #pragma omp parallel num_threads({T})",
         "    {",
         "      const int at_tid = omp_get_thread_num();",
-        f"      at_cp_t at_cpq[{queue}]; int at_cpn = 0, at_cpg = 0, at_ph = 0;",
+        f"      {EMULATION_QUEUE_DECL} int at_ph = 0;",
     ]
     lines += ["      " + x for x in body.lines("C")]
-    lines += ["    }", "  }"]
+    lines += [f"      {EMULATION_QUEUE_FREE}", "    }", "  }"]
     if tile.split_k > 1:
         mn = view.m * view.n
         lines += [

@@ -29,6 +29,8 @@ from ..te.tensor import Tensor, reduce_identity
 from .nodes import (
     Allocate,
     AllReduce,
+    AsyncCommit,
+    AsyncWait,
     Barrier,
     Buffer,
     For,
@@ -64,6 +66,12 @@ class Placed:
     buffer: Buffer
     origin: list[Expr] | None = None  # per-dim start of the region held (None: whole tensor)
     tiles: list[Expr] | None = None  # prepacked: per-dim tile index, before the in-tile index
+    slot: Expr | None = None  # pipelined shared buffer: the slot of the ring read now (leading dim)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The stored tile's dims (without a ring's slot dim)."""
+        return self.buffer.shape[1:] if self.slot is not None else self.buffer.shape
 
 
 def c_name(text: str) -> str:
@@ -251,9 +259,13 @@ class _Lowerer:
             kind = kinds[pos]
             inner = update
             atts = self.attached.get(lp, [])
-            if atts:
-                inner = self._emit_attached_group(atts, regions, threads_at[lp], inner, chain[pos])
-            update = For(lvar[lp], ext[lp], seq(*prefetch.get(pos, []), inner), kind)
+            depth = st.pipeline.get(lp, 1)
+            if depth > 1:
+                update = self._emit_pipelined(atts, regions, threads_at[lp], inner, chain[pos], depth)
+            else:
+                if atts:
+                    inner = self._emit_attached_group(atts, regions, threads_at[lp], inner, chain[pos])
+                update = For(lvar[lp], ext[lp], seq(*prefetch.get(pos, []), inner), kind)
             if pos == first_reduce and init is not None:
                 # the init copy of each spatial loop inside the reduction gets its own variable
                 # (each For binds one), renamed in one pass over the init statement
@@ -341,6 +353,45 @@ class _Lowerer:
             body = Allocate(self.placed[att.tensor].buffer, body)
         return body
 
+    def _emit_pipelined(
+        self,
+        atts: list[Stage],
+        regions: dict,
+        threads: dict,
+        rest: Stmt,
+        loops: tuple[LoopInfo, ...],
+        depth: int,
+    ) -> Stmt:
+        """The last of ``loops`` software-pipelined: its shared copies fill a ring of ``depth`` tiles
+        (``Placed.slot``), the tile of iteration i started at iteration i - depth + 1 (the first
+        depth - 1 before the loop) and waited for, then made visible by one barrier, at iteration
+        i. That barrier also tells the copies of iteration i (into the slot read at i - 1) that
+        every thread is done with it. Copies of memory become asynchronous (``passes.async_copies``);
+        each iteration commits one group, so waiting for all but ``depth - 2`` of them retires
+        exactly the tile about to be read. Other stages computed at the loop keep their place."""
+        from .passes import substitute_stmt
+
+        var, extent, kind = loops[-1]
+        ring = [a for a in atts if a.scope == "shared"]
+        others = [a for a in atts if a.scope != "shared"]
+        fill = seq(*[self.emit_stage(a, regions[a], threads, loops) for a in ring])
+        ahead = depth - 1
+        first = Var(var.name + "_fill")
+        start = IfThen(first < extent, substitute_stmt(fill, {var: first}))
+        prologue = For(first, ahead, seq(start, AsyncCommit()), "serial")
+        body = seq(
+            AsyncWait(pipeline_wait(depth)),
+            Barrier(),
+            IfThen(var + ahead < extent, substitute_stmt(fill, {var: var + ahead})),
+            AsyncCommit(),
+            self._emit_attached_group(others, regions, threads, rest, loops) if others else rest,
+        )
+        # the barrier before the prologue: the slots it fills may still be read by a loop around
+        stmt = seq(Barrier(), prologue, For(var, extent, body, kind))
+        for att in reversed(ring):
+            stmt = Allocate(self.placed[att.tensor].buffer, stmt)
+        return stmt
+
     def place_attached(
         self,
         att: Stage,
@@ -378,7 +429,7 @@ class _Lowerer:
                 values[a.var] = placed.origin[d] + fresh[a.var]
                 o_ranges[fresh[a.var]] = (
                     0,
-                    placed.buffer.shape[d] - 1 - (other.storage_pad if d == len(other.axes) - 1 else 0),
+                    placed.shape[d] - 1 - (other.storage_pad if d == len(other.axes) - 1 else 0),
                 )
             for a in other.reduce_axes:
                 values[a.var] = fresh[a.var]
@@ -393,8 +444,13 @@ class _Lowerer:
         shape = [e for _, e in region]
         shape[-1] += att.storage_pad
         scope = "shared" if att.scope == "shared" else "local"
-        buf = Buffer(c_name(att.name), att.tensor.dtype, tuple(shape), scope)
-        self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
+        slots = target.pipeline.get(loop, 1) if scope == "shared" else 1
+        if slots > 1:  # a ring of tiles, the slot of iteration i at i % slots
+            buf = Buffer(c_name(att.name), att.tensor.dtype, (slots, *shape), scope, slots=slots)
+            self.placed[att.tensor] = Placed(buf, [m for m, _ in region], slot=lvar[loop] % slots)
+        else:
+            buf = Buffer(c_name(att.name), att.tensor.dtype, tuple(shape), scope)
+            self.placed[att.tensor] = Placed(buf, [m for m, _ in region])
         return region
 
     def _place_prepacked(
@@ -443,6 +499,8 @@ class _Lowerer:
             idx = [i - o for i, o in zip(idx, placed.origin)]
         if placed.tiles is not None:
             idx = placed.tiles + idx
+        if placed.slot is not None:
+            idx = [placed.slot] + idx
         return flat_index(placed.buffer.shape, idx)
 
     def lower_expr(self, e: Expr, axis_value: dict[Var, Expr]) -> Expr:
@@ -458,6 +516,11 @@ class _Lowerer:
         if not kids:
             return e
         return rebuild(e, tuple(self.lower_expr(k, axis_value) for k in kids))
+
+
+def pipeline_wait(depth: int) -> int:
+    """Commit groups a ``depth``-deep pipeline may leave in flight when it reads a tile."""
+    return depth - 2
 
 
 def src_index_vars(copy_stage: Stage) -> list[Var]:

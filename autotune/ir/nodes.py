@@ -24,6 +24,9 @@ class Buffer:
     shape: tuple[int, ...]
     scope: str = "arg"
     prepack: PrepackSpec | None = None
+    # a shared buffer of a software pipeline: ``slots`` copies of its tile (its leading dim), filled
+    # by asynchronous copies issued ``slots - 1`` iterations ahead of their readers
+    slots: int = 1
 
     @property
     def size(self) -> int:
@@ -174,6 +177,33 @@ class IfThen(Stmt):
 @dataclass(eq=False)
 class Barrier(Stmt):
     """All threads of a GPU block wait here (``__syncthreads``)."""
+
+
+@dataclass(eq=False)
+class AsyncCopy(Stmt):
+    """``dst[dst_index : +lanes] = src[src_index : +lanes]`` started now and complete only after an
+    ``AsyncWait`` that retires its group (``cp.async``); where ``valid`` is false the destination is
+    zero-filled and nothing is read (``src_index`` must still be in range)."""
+
+    dst: Buffer
+    dst_index: Expr
+    src: Buffer
+    src_index: Expr
+    lanes: int = 1
+    valid: Expr | None = None
+
+
+@dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """The asynchronous copies this thread started since the last commit form one group."""
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """Wait until at most ``pending`` of this thread's committed groups are incomplete (the others'
+    copies are done; a barrier after it makes them visible to the block)."""
+
+    pending: int
 
 
 @dataclass(eq=False)

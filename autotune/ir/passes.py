@@ -20,6 +20,9 @@ from ..te.expr import (
 from .nodes import (
     Allocate,
     AllReduce,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
     Barrier,
     Broadcast,
     Buffer,
@@ -41,7 +44,7 @@ from .nodes import (
     seq,
 )
 from .registers import promote_accumulators
-from .simplify import Ranges, expr_key, linear, simplify
+from .simplify import Ranges, aligned, expr_key, linear, simplify
 from .visit import map_deep
 from .visit import walk_deep as _walk_deep
 
@@ -60,12 +63,15 @@ def map_exprs(s: Stmt, fn: Callable[[Expr], Expr]) -> Stmt:
         return Store(s.buffer, fn(s.index), fn(s.value))
     if isinstance(s, VStore):
         return VStore(s.buffer, fn(s.base), fn(s.value), s.lanes)
-    if isinstance(s, Barrier):
+    if isinstance(s, (Barrier, AsyncCommit, AsyncWait)):
         return s
     if isinstance(s, AllReduce):
         return AllReduce(s.buffer, fn(s.index), s.combiner)
     if isinstance(s, Prefetch):
         return Prefetch(s.buffer, fn(s.index))
+    if isinstance(s, AsyncCopy):
+        valid = None if s.valid is None else fn(s.valid)
+        return AsyncCopy(s.dst, fn(s.dst_index), s.src, fn(s.src_index), s.lanes, valid)
     raise TypeError(type(s).__name__)
 
 
@@ -100,12 +106,14 @@ def simplify_stmt(s: Stmt, ranges: Ranges | None = None) -> Stmt | None:
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
     if isinstance(s, VStore):
         return VStore(s.buffer, simplify(s.base, ranges), simplify(s.value, ranges), s.lanes)
-    if isinstance(s, Barrier):
+    if isinstance(s, (Barrier, AsyncCommit, AsyncWait)):
         return s
     if isinstance(s, AllReduce):
         return AllReduce(s.buffer, simplify(s.index, ranges), s.combiner)
     if isinstance(s, Prefetch):
         return Prefetch(s.buffer, simplify(s.index, ranges))
+    if isinstance(s, AsyncCopy):
+        return map_exprs(s, lambda e: simplify(e, ranges))
     raise TypeError(type(s).__name__)
 
 
@@ -306,6 +314,55 @@ def _vector_reduction(loop: For, lanes: int, outer: For | None = None) -> Stmt |
     step = For(outer.var, outer.extent, update, "serial")
     done = Store(st.buffer, st.index, Binary(v.op, Load(st.buffer, st.index), VReduce(v.op, lanes_acc)))
     return Allocate(tmp, seq(start, step, done))
+
+
+# --- asynchronous copies ----------------------------------------------------------------------
+ASYNC_BYTES = (4, 16)  # the copy sizes cp.async offers for 4-byte elements: one, or four (aligned)
+
+
+def _copy_source(value: Expr, lanes: int) -> tuple[Load | VLoad, Expr | None] | None:
+    """(the load, the condition under which it is read) when a stored value is a plain read of
+    memory, or a read where a condition holds and 0 elsewhere (padding); else None."""
+    cond = None
+    if isinstance(value, (Select, VSelect)):
+        zero = value.f.value if isinstance(value.f, Broadcast) else value.f
+        if not (isinstance(zero, FloatImm) and zero.value == 0.0):
+            return None
+        cond, value = value.cond, value.t
+    if lanes == 1 and isinstance(value, Load):
+        return value, cond
+    if lanes > 1 and isinstance(value, VLoad) and value.lanes == lanes:
+        return value, cond
+    return None
+
+
+def async_copies(s: Stmt) -> Stmt:
+    """Stores into pipelined shared buffers (``Buffer.slots > 1``) that copy memory become
+    asynchronous copies (4 bytes, or 16 where both ends are 16-byte aligned); any other store into
+    them stays a plain store, which is as correct (the pipeline's barrier orders both)."""
+    if isinstance(s, Seq):
+        return Seq([async_copies(c) for c in s.stmts])
+    if isinstance(s, (For, IfThen, Allocate)):
+        body = async_copies(s.body)
+        if isinstance(s, For):
+            return For(s.var, s.extent, body, s.kind)
+        return IfThen(s.cond, body) if isinstance(s, IfThen) else Allocate(s.buffer, body)
+    if not isinstance(s, (Store, VStore)) or s.buffer.slots < 2 or s.buffer.dtype not in ("float32", "int32"):
+        return s
+    lanes = s.lanes if isinstance(s, VStore) else 1
+    dst = s.base if isinstance(s, VStore) else s.index
+    found = _copy_source(s.value, lanes)
+    if found is None or lanes * 4 not in ASYNC_BYTES:
+        return s
+    load, cond = found
+    src = load.base if isinstance(load, VLoad) else load.index
+    if load.buffer.dtype != s.buffer.dtype or load.buffer.scope not in ("arg", "global"):
+        return s
+    if lanes > 1 and not (aligned(dst, lanes) and aligned(src, lanes)):
+        return s
+    if cond is not None:
+        src = Select(cond, src, IntImm(0))  # nothing is read where the condition fails
+    return AsyncCopy(s.buffer, dst, load.buffer, src, lanes, cond)
 
 
 # --- checks -----------------------------------------------------------------------------------

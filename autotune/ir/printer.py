@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from .nodes import Allocate, AllReduce, Barrier, For, IfThen, Prefetch, PrimFunc, Seq, Stmt, Store, VStore
+from .nodes import (
+    Allocate,
+    AllReduce,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    For,
+    IfThen,
+    Prefetch,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    VStore,
+)
 
 
 def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
@@ -28,6 +43,14 @@ def format_stmt(s: Stmt, indent: int = 0) -> list[str]:
         return [f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}"]
     if isinstance(s, VStore):
         return [f"{pad}{s.buffer.name}[{s.base!r} : +{s.lanes}] = {s.value!r}"]
+    if isinstance(s, AsyncCopy):
+        when = "" if s.valid is None else f" if {s.valid!r} else 0"
+        src = f"{s.src.name}[{s.src_index!r}]"
+        return [f"{pad}{s.dst.name}[{s.dst_index!r} : +{s.lanes}] <- async {src}{when}"]
+    if isinstance(s, AsyncCommit):
+        return [f"{pad}async commit"]
+    if isinstance(s, AsyncWait):
+        return [f"{pad}async wait (at most {s.pending} pending)"]
     raise TypeError(f"unknown statement {type(s).__name__}")
 
 

@@ -335,3 +335,11 @@ def multiple_of(e: Expr, n: int) -> bool:
         if e.op == "mod" and isinstance(e.b, IntImm):
             return e.b.value % n == 0 and multiple_of(e.a, n)
     return False
+
+
+def aligned(index: Expr, lanes: int) -> bool:
+    """True when ``index`` is provably a multiple of ``lanes``."""
+    lin = linear(index, {})
+    return lin.const % lanes == 0 and all(
+        c % lanes == 0 or multiple_of(a, lanes) for a, c in lin.terms.values()
+    )

@@ -70,6 +70,7 @@ class Stage:
         self.attach: tuple[Stage, Loop] | None = None
         self.attached_here: list[Stage] = []  # stages computed at one of this stage's loops
         self.storage_pad = 0  # elements added to the innermost dim of its buffer (bank conflicts)
+        self.pipeline: dict[Loop, int] = {}  # loop -> depth of the shared-copy pipeline at it
 
     @property
     def reduce_axes(self) -> tuple[IterVar, ...]:
@@ -149,7 +150,7 @@ def split(
     if not isinstance(value, int) or value < 1:
         raise ScheduleError(f"split factor must be a positive integer, got {value!r}")
     pos = _check_leaf(stage, loop)
-    if loop in stage.annotations:
+    if loop in stage.annotations or loop in stage.pipeline:
         raise ScheduleError(f"cannot split annotated loop {loop}")
     outer, inner = Loop(loop.name + ".0", loop.kind), Loop(loop.name + ".1", loop.kind)
     if overlap and loop.kind != "spatial":
@@ -169,7 +170,7 @@ def fuse(stage: Stage, loops: list[Loop]) -> Loop:
         raise ScheduleError(f"fuse needs adjacent loops in order, got {loops}")
     if len({lp.kind for lp in loops}) != 1:
         raise ScheduleError("cannot fuse a spatial loop with a reduction loop")
-    if any(lp in stage.annotations for lp in loops):
+    if any(lp in stage.annotations or lp in stage.pipeline for lp in loops):
         raise ScheduleError("cannot fuse annotated loops")
     fused = loops[0]
     for lp in loops[1:]:
@@ -358,6 +359,21 @@ def _redirect_reads(e: Expr, src: Tensor, copy: Tensor, perm: tuple[int, ...]) -
     if all(n is k for n, k in zip(new, kids)):
         return e
     return rebuild(e, new)
+
+
+def pipeline(stage: Stage, loop: Loop, stages: int) -> None:
+    """Software-pipeline the shared-memory copies computed at serial ``loop``: a ring of ``stages``
+    tiles, each filled ``stages - 1`` iterations before it is read, by asynchronous copies where
+    the target has them (1: the plain copy, barrier, compute order)."""
+    _check_leaf(stage, loop)
+    if not isinstance(stages, int) or not 1 <= stages <= 8:
+        raise ScheduleError(f"pipeline stages must be an integer in 1..8, got {stages!r}")
+    if stage.annotations.get(loop, "serial") not in ("serial", "unroll"):
+        raise ScheduleError(f"a pipelined loop runs in order; {loop} is {stage.annotations[loop]}")
+    shared = [o for o in stage.attached_here if o.attach == (stage, loop) and o.scope == "shared"]
+    if not shared:
+        raise ScheduleError(f"no shared-memory copy is computed at {loop} of {stage.name}")
+    stage.pipeline[loop] = stages
 
 
 def storage_pad(stage: Stage, pad: int) -> None:

@@ -171,6 +171,21 @@ class StoragePadStep(Step):
 
 
 @dataclass(frozen=True)
+class PipelineStep(Step):
+    """Fill the shared-memory copies computed at ``loop`` of ``stage`` ``stages - 1`` iterations
+    ahead, into a ring of ``stages`` tiles (``cp.async`` on CUDA; ``state.pipeline``)."""
+
+    stage: str
+    loop: str
+    stages: int
+    kind: ClassVar[str] = "pipeline"
+
+    def apply(self, sch: Schedule) -> None:
+        st = sch.stage(self.stage)
+        S.pipeline(st, st.loop(self.loop), self.stages)
+
+
+@dataclass(frozen=True)
 class TensorizeStep(Step):
     """Compute the reduction ``stage`` (a matrix product, ``schedule.tensorize.gemm_view``) with
     warp-level tensor-core instructions: block and warp tiles, a ``stages``-deep cp.async
@@ -215,6 +230,7 @@ STEP_TYPES: dict[str, type[Step]] = {
         CacheWriteStep,
         CacheReadStep,
         StoragePadStep,
+        PipelineStep,
         TensorizeStep,
     )
 }
