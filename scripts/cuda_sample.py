@@ -1,13 +1,15 @@
-"""Sample configs of every tensor-core sketch, compile each with nvcc and check it in the CUDA
-emulation against the float64 reference; print and write the fraction that compile and pass.
+"""Sample configs of every tensor-core sketch and of the pipelined float32 one (shared tiles in a
+cp.async ring, ``stages`` 2 or 3), compile each with nvcc and check it in the CUDA emulation
+against the float64 reference; print and write the fraction that compile and pass.
 
-    python scripts/tensorcore_sample.py --samples 6 --arch sm_90 -o bench/tensorcore/sample.json
+    python scripts/cuda_sample.py --samples 6 --arch sm_90 -o bench/tensorcore/sample.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -26,14 +28,26 @@ from autotune.target import offline_cuda_target  # noqa: E402
 from autotune.te.gemm import gemm_workload  # noqa: E402
 from schedules import make_space  # noqa: E402
 
-# small products with ragged edges (the emulation runs a block at a time on the CPU)
+# small products with ragged edges (the emulation runs a block at a time on the CPU); fp32 is the
+# CUDA space's own sketch with its shared tiles pipelined
 SKETCHES = [
     (kind, dims, precision)
-    for precision in ("fp16", "bf16", "tf32")
+    for precision in ("fp16", "bf16", "tf32", "fp32")
     for kind, dims in (("matmul", [96, 80, 112]), ("dense", [72, 96, 128]), ("batch_matmul", [2, 48, 64, 80]),
                        ("conv2d", [1, 16, 9, 9, 32, 3, 3, 1, 1]), ("conv2d", [2, 8, 12, 12, 24, 3, 3, 2, 1]))
 ]
 MAX_THREADS_EMULATED = 256  # configs with bigger blocks are sampled again (the CPU team's size)
+
+
+def sample(space, precision: str, rng: np.random.Generator) -> dict:  # noqa: ANN001 - a SearchSpace
+    """A config of the sketch under test: any of the tensor-core space, a pipelined one of fp32's."""
+    while True:
+        cfg = space.sample(rng)
+        if precision != "fp32":
+            return cfg
+        cfg["stages"] = int(rng.choice([2, 3]))
+        if space.is_valid(cfg):
+            return cfg
 
 
 def nvcc_ok(source: str, arch: str, tmp: Path) -> str | None:
@@ -67,15 +81,14 @@ def main() -> int:
             runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
             n = 0
             while n < args.samples:
-                cfg = space.sample(rng)
-                threads = cfg["block_m"] // cfg["warp_m"] * (cfg["block_n"] // cfg["warp_n"]) * 32
-                if threads > MAX_THREADS_EMULATED:
+                cfg = sample(space, precision, rng)
+                steps = space.steps(cfg)
+                source = build_cuda_program(wl, steps, target)
+                if max(math.prod(p.block) for p in source.kernels) > MAX_THREADS_EMULATED:
                     continue
                 n += 1
                 row = {"kind": kind, "dims": dims, "precision": precision, "config": cfg}
-                steps = space.steps(cfg)
-                row["nvcc"] = nvcc_ok(build_cuda_program(wl, steps, target).source, args.arch, tmp) \
-                    if has_nvcc else "nvcc not installed"
+                row["nvcc"] = nvcc_ok(source.source, args.arch, tmp) if has_nvcc else "nvcc not installed"
                 prog = build_cuda_emulation(wl, steps, target)
                 b = builder.build(prog.kernel_name, prog.source)
                 if b.error_kind is not None:
