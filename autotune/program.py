@@ -9,7 +9,20 @@ from typing import Sequence
 from .codegen import CpuRenderer, CudaRenderer
 from .ir import PrimFunc, lower, optimize
 from .ir.lower import lower_stages
-from .ir.nodes import Allocate, AsyncCopy, Buffer, For, IfThen, Load, Seq, Stmt, Store, VLoad, VStore
+from .ir.nodes import (
+    Allocate,
+    AsyncCopy,
+    Buffer,
+    For,
+    IfThen,
+    Load,
+    Seq,
+    Stmt,
+    Store,
+    VLoad,
+    VStore,
+    allocated,
+)
 from .ir.passes import (
     _walk_deep,
     async_copies,
@@ -229,6 +242,20 @@ def _tensor_core_program(workload: Workload, view, step, target: Target) -> Cuda
     return CudaSource(render_cuda(view, tile, name), tuple(plans), tuple(args + heap), len(args), text)
 
 
+def dynamic_shared(body: Stmt) -> tuple[dict[str, int], int]:
+    """Where a kernel's shared buffers go: static arrays while they fit the 48 KiB every kernel
+    may use ({}, 0), else one dynamic allocation ({name: byte offset}, bytes; the runner opts the
+    kernel in up to the device's limit, which the space's constraints respect)."""
+    from .measure.cuda_worker import OPT_IN_SHARED_BYTES
+    from .te.workload import numpy_dtype
+
+    offsets, total = {}, 0
+    for b in allocated(body, "shared"):
+        offsets[b.name] = total
+        total += -(-b.size * numpy_dtype(b.dtype).itemsize // 16) * 16
+    return ({}, 0) if total <= OPT_IN_SHARED_BYTES else (offsets, total)
+
+
 def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target) -> CudaSource:
     """Lower a schedule for a GPU and render it as CUDA: one kernel per root stage, in order."""
     tz = _tensorized(workload, steps, target)
@@ -237,8 +264,9 @@ def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target
     kernels, args, heap = lower_cuda_kernels(workload, steps, target)
     parts, texts, plans = [], [], []
     for k in kernels:
+        dynamic, shared = dynamic_shared(k.body)
         parts.append(
-            CudaRenderer(k.block, target.vector_lanes).render_kernel(
+            CudaRenderer(k.block, target.vector_lanes, dynamic).render_kernel(
                 k.name, list(k.params), k.body, max(k.threads, 1)
             )
         )
@@ -249,6 +277,7 @@ def build_cuda_program(workload: Workload, steps: Sequence[Step], target: Target
                 tuple(k.grid.get(f"blockIdx.{a}", 1) for a in _AXES),
                 tuple(k.block.get(f"threadIdx.{a}", 1) for a in _AXES),
                 tuple(b.name for b in k.params),
+                shared,
             )
         )
     source = CudaRenderer().with_prelude("\n\n".join(parts) + "\n")

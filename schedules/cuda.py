@@ -61,8 +61,15 @@ class CudaSketch(Sketch):
 
     @property
     def max_shared(self) -> int:
-        # static __shared__ arrays are limited to the default per-block size (48 KiB)
+        """Shared bytes of one set of tiles: what a kernel may use without opting in (48 KiB)."""
         return int(self.target.fingerprint.get("max_shared_per_block", 49152))
+
+    @property
+    def max_shared_ring(self) -> int:
+        """Shared bytes of a pipeline's ring of tiles: beyond 48 KiB it is dynamic shared memory,
+        up to the device's opt-in limit (less a little for 16-byte alignment of each buffer)."""
+        fp = self.target.fingerprint
+        return int(fp.get("max_shared_per_block_optin", fp.get("max_shared_per_block", 49152))) - 64
 
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
@@ -103,7 +110,8 @@ class CudaSketch(Sketch):
             ("threads_per_block", self._threads_ok),
             ("occupancy", self._occupancy_ok),
             ("registers", lambda c: self._registers(c) <= 128),
-            ("shared_memory", lambda c: self._shared_bytes(c) * c.get("stages", 1) <= self.max_shared),
+            ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
+            ("shared_ring", lambda c: self._shared_bytes(c) * c.get("stages", 1) <= self.max_shared_ring),
             ("fetch_vector", self._fetch_ok),
             ("shared_layout", lambda c: not c["shared_layout"] or self._transposable),
             (

@@ -237,6 +237,27 @@ def test_pipelined_tiles_are_copied_asynchronously() -> None:
     assert "AT_CP_" not in plain[plain.index('extern "C" __global__') :]
 
 
+def test_a_ring_beyond_48_kib_is_dynamic_shared_memory(tmp_path: Path) -> None:
+    wl = te.make_workload("matmul", "1024,1024,1024")
+    space = make_space(wl, TARGET)
+    big = dict(FRAGMENT_CFG, tile_k=[64, 16], stages=3)  # 3 x (16 x 132 + 16 x 132) floats: 50,688 bytes
+    assert space.is_valid(big), space.violated(big)
+    assert not space.is_valid(dict(big, stages=1, tile_k=[8, 128]))  # one set of tiles stays within 48 KiB
+    prog = build_cuda_program(wl, space.steps(big), TARGET)
+    assert prog.kernels[0].shared_bytes == 50688
+    assert "extern __shared__ __align__(16) unsigned char at_smem[];" in prog.source
+    assert "float* __restrict__ B_shared = (float*)(at_smem + 25344);" in prog.source
+    assert "__shared__ float A_shared" not in prog.source
+    small = build_cuda_program(wl, space.steps(dict(FRAGMENT_CFG, stages=3)), TARGET)
+    assert small.kernels[0].shared_bytes == 0 and "__shared__ float A_shared[3168]" in small.source
+    if shutil.which("nvcc") is not None:
+        cu = tmp_path / "k.cu"
+        cu.write_text(prog.source)
+        r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
 def _check_in_emulation(wl, space, cfg, builder, runner, rng) -> str | None:  # noqa: ANN001
     """The emulated kernel of ``cfg`` against the float64 reference: None, or the error."""
     inputs = wl.random_inputs(rng)
@@ -292,6 +313,25 @@ def test_a_pipeline_that_reads_before_its_copies_land_is_caught(builder, runner,
     assert _check_in_emulation(wl, space, cfg, builder, runner, rng) is None
     monkeypatch.setattr(lower, "pipeline_wait", lambda depth: depth - 1)
     assert _check_in_emulation(wl, space, cfg, builder, runner, rng) is not None
+
+
+@pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
+def test_pipelined_tiles_run_right_on_the_gpu() -> None:
+    """Rings in static and in dynamic shared memory (opted in above 48 KiB), measured on the device
+    and checked against float64."""
+    from autotune.cli.common import measure_tools, resolve_target
+    from autotune.search.measure_batch import WorkloadMeasurer
+
+    target = resolve_target("cuda")
+    wl = te.make_workload("matmul", "1024,1024,1024")
+    space = make_space(wl, target)
+    configs = [dict(FRAGMENT_CFG, stages=3), dict(FRAGMENT_CFG, tile_k=[64, 16], stages=3),
+               dict(MATMUL_CFG, stages=2)]
+    builder, runner = measure_tools(target)
+    with builder, runner:
+        measurer = WorkloadMeasurer(wl, target, builder, runner)
+        trials = list(measurer.measure(configs, [space.steps(c) for c in configs]))
+    assert [t.error_kind for t in trials] == [None] * 3, [t.error_msg for t in trials]
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")

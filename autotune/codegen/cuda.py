@@ -39,9 +39,13 @@ class CudaRenderer(CStyleRenderer):
 
     lowp_backend = "cuda"
 
-    def __init__(self, block_dims: dict[str, int] | None = None, lanes: int = 4) -> None:
+    def __init__(
+        self, block_dims: dict[str, int] | None = None, lanes: int = 4, dynamic_shared: dict[str, int] | None = None
+    ) -> None:
         self.block_dims = block_dims or {}
         self.lanes = lanes
+        # shared buffers placed in the kernel's dynamic shared memory: name -> byte offset
+        self.dynamic_shared = dynamic_shared or {}
 
     def prelude(self) -> str:
         return _PRELUDE + CUDA_CP_ASYNC
@@ -54,6 +58,8 @@ class CudaRenderer(CStyleRenderer):
         """One kernel; ``threads`` is the block size for __launch_bounds__."""
         sig = ", ".join(f"{C_TYPES[b.dtype]}* {self.restrict} {b.name}" for b in params)
         lines = [f'extern "C" __global__ void __launch_bounds__({threads}) {name}({sig}) {{']
+        if self.dynamic_shared:
+            lines.append(f"{self.indent_unit}extern __shared__ __align__(16) unsigned char at_smem[];")
         lines += self.stmt(body, 1)
         lines.append("}")
         return "\n".join(lines)
@@ -68,6 +74,10 @@ class CudaRenderer(CStyleRenderer):
             return [f"{pad}__syncthreads();"]
         if isinstance(s, AllReduce):
             return self.allreduce(s, pad)
+        if isinstance(s, Allocate) and s.buffer.name in self.dynamic_shared:
+            t = C_TYPES[s.buffer.dtype]
+            decl = f"{t}* {self.restrict} {s.buffer.name} = ({t}*)(at_smem + {self.dynamic_shared[s.buffer.name]});"
+            return [pad + "{", pad + self.indent_unit + decl] + self.stmt(s.body, depth + 1) + [pad + "}"]
         if isinstance(s, Allocate) and s.buffer.scope in ("local", "shared"):
             qual = "__shared__ " if s.buffer.scope == "shared" else ""
             decl = f"{qual}{C_TYPES[s.buffer.dtype]} {s.buffer.name}[{s.buffer.size}] __align__(16);"

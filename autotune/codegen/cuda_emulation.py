@@ -10,26 +10,10 @@ machine, CI included; it says nothing about GPU speed.
 
 from __future__ import annotations
 
-from ..ir.nodes import Allocate, AllReduce, Barrier, Buffer, For, IfThen, Seq, Stmt
+from ..ir.nodes import Allocate, AllReduce, Barrier, Buffer, For, Seq, Stmt, allocated
 from .c_base import C_TYPES
 from .cp_async import EMULATION_CP_ASYNC, EMULATION_QUEUE_DECL, EMULATION_QUEUE_FREE
 from .cpu import CpuRenderer
-
-
-def _shared_buffers(s: Stmt) -> list[Buffer]:
-    out: list[Buffer] = []
-    todo = [s]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, Seq):
-            todo.extend(n.stmts)
-        elif isinstance(n, (For, IfThen)):
-            todo.append(n.body)
-        elif isinstance(n, Allocate):
-            if n.buffer.scope == "shared" and n.buffer not in out:
-                out.append(n.buffer)
-            todo.append(n.body)
-    return out
 
 
 class CudaEmulationRenderer(CpuRenderer):
@@ -70,7 +54,7 @@ class CudaEmulationRenderer(CpuRenderer):
         pad = self.indent_unit * depth
         decls = [
             f"{pad}{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
-            for b in _shared_buffers(body)
+            for b in allocated(body, "shared")
         ]
         decls.append(f"{pad}float at_red[{self.threads}];")
         self.in_team = True

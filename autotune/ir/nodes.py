@@ -234,6 +234,23 @@ class Allocate(Stmt):
     body: Stmt
 
 
+def allocated(s: Stmt, scope: str) -> list[Buffer]:
+    """The buffers of ``scope`` allocated anywhere in ``s``, each once, outermost first."""
+    out: list[Buffer] = []
+    todo = [s]
+    while todo:
+        n = todo.pop(0)
+        if isinstance(n, Seq):
+            todo[:0] = n.stmts
+        elif isinstance(n, (For, IfThen)):
+            todo.insert(0, n.body)
+        elif isinstance(n, Allocate):
+            if n.buffer.scope == scope and n.buffer not in out:
+                out.append(n.buffer)
+            todo.insert(0, n.body)
+    return out
+
+
 def seq(*stmts: Stmt | None) -> Stmt:
     """A statement sequence with nested sequences flattened and empty parts dropped."""
     flat: list[Stmt] = []
