@@ -12,7 +12,8 @@ one JSON summary (--out also writes it to a file).
   finalist confirmed.
 - hog: a CPU hog (busy processes, one per core) started in the middle of the confirmation (once its
   first round is committed); then, quietly, the chosen config and every finalist re-measured
-  interleaved: the chosen config's time against the fastest finalist's.
+  interleaved (7 rounds): the chosen config's time against the fastest finalist's, and whether its
+  runs are slower in the statistical sense (one-sided Mann-Whitney U, p < 0.05).
 
 Kernels run with one OpenMP thread (OMP_NUM_THREADS=1) unless --threads says otherwise: on a shared
 machine, threaded kernels' timings swing by orders of magnitude with other jobs' load.
@@ -34,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from scipy.stats import mannwhitneyu  # noqa: E402
 
 from records import CONFIRM_LABEL, TuningDatabase, config_key  # noqa: E402
 
@@ -223,6 +226,9 @@ def run_hogs(where: Path, op: str, shape: str, trials: int, runs: int) -> dict:
         "chosen_not_slower": sum(x <= 1.0 for x in ratios),  # the chosen is the fastest quietly
         # chosen slower by less than the quiet re-measurement's own noise (median spread of its runs)
         "chosen_within_quiet_noise": sum(x <= 1.0 + median(r["quiet_spread"]) for x, r in zip(ratios, each)),
+        # slower in the statistical sense: its quiet runs slower than the best finalist's
+        # (one-sided Mann-Whitney U, p < 0.05); a chosen config that is the best is never slower
+        "chosen_significantly_slower": sum(r["chosen_slower_p"] < 0.05 for r in each),
         "after_rerun_over_best_finalist": [r["chosen_after_rerun_over_best_finalist"] for r in each],
         "each": each,
     }
@@ -266,6 +272,7 @@ def run_hog(db: Path, op: str, shape: str, trials: int) -> dict:
     at_after = keys.index(config_key(after.config))
     runs = quiet_times(db, op, shape, configs)  # each config once, interleaved
     quiet = [median(t) for t in runs]
+    best_at = min(range(len(finalists)), key=lambda i: quiet[i])
     confirmed = [f for f in finalists if counts.get(config_key(f.config), 0)]
     best_finalist = min(quiet[: len(finalists)])
     return {
@@ -281,6 +288,11 @@ def run_hog(db: Path, op: str, shape: str, trials: int) -> dict:
         "finalists_quiet_s": quiet[: len(finalists)],
         "best_finalist_quiet_s": best_finalist,
         "chosen_over_best_finalist": quiet[at] / best_finalist,
+        # p of "the chosen config's quiet runs are slower than the best finalist's" (1.0: it is it)
+        "chosen_slower_p": 1.0 if at == best_at else
+        float(mannwhitneyu(runs[at], runs[best_at], alternative="greater").pvalue),
+        "chosen_quiet_runs_s": runs[at],
+        "best_finalist_quiet_runs_s": runs[best_at],
         # the quiet re-measurement's own noise: (slowest - fastest) / median of each config's runs
         "quiet_spread": [(max(t) - min(t)) / median(t) for t in runs],
         "confirmations_per_finalist": [counts.get(config_key(f.config), 0) for f in finalists],
