@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -40,11 +41,13 @@ def divisors(n: int) -> list[int]:
     return sorted(divs)
 
 
-def factorizations(n: int, parts: int) -> list[tuple[int, ...]]:
-    """All ordered ``parts``-tuples of positive integers whose product is ``n``."""
+@lru_cache(maxsize=4096)
+def factorizations(n: int, parts: int) -> tuple[tuple[int, ...], ...]:
+    """All ordered ``parts``-tuples of positive integers whose product is ``n`` (computed once per
+    (n, parts): sampling a space reads them for every draw)."""
     if parts == 1:
-        return [(n,)]
-    return [(d,) + rest for d in divisors(n) for rest in factorizations(n // d, parts - 1)]
+        return ((n,),)
+    return tuple((d,) + rest for d in divisors(n) for rest in factorizations(n // d, parts - 1))
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class SplitKnob:
     parts: int
 
     @property
-    def options(self) -> list[tuple[int, ...]]:
+    def options(self) -> tuple[tuple[int, ...], ...]:
         return factorizations(self.extent, self.parts)
 
     def encode(self, value: Sequence[int]) -> list[float]:
@@ -71,8 +74,8 @@ class ChoiceKnob:
     choices: tuple
 
     @property
-    def options(self) -> list:
-        return list(self.choices)
+    def options(self) -> tuple:
+        return self.choices
 
     def encode(self, value: object) -> list[float]:
         return [float(self.choices.index(value))]
@@ -117,7 +120,7 @@ class SearchSpace:
         recorded = set().union(*(c.keys() for c in configs))
         return space.without({k.name for k in space.knobs} - recorded)
 
-    def _options(self) -> list[list]:
+    def _options(self) -> list[tuple]:
         return [k.options for k in self.knobs]
 
     @property
