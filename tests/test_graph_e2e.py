@@ -340,3 +340,50 @@ def test_a_model_with_an_infinite_constant_tunes_and_its_tasks_keep_their_keys(t
     assert tune.main(args) == 0
     out = _last_json(capsys.readouterr().out)
     assert out["trials"] == 4 and out["errors"] == 0  # (the mask's select inlined into the epilogue)
+
+
+def test_records_whose_steps_name_axes_by_position_still_replay(tmp_path) -> None:  # noqa: ANN001
+    """Graph operators once named a stage's spatial axes i0, i1, ... by position; a MatMul's are
+    z.., i, j today. A record of that time (same workload key) compiles with its own schedule."""
+    from autotune.graph.compiler import choose_schedule, positional_axes_renamed, prepare
+    from autotune.graph.zoo import make_model
+    from autotune.search.tune import register
+    from autotune.target import cpu_target
+    from records import MeasurementRecord, TuningDatabase
+    from schedules import make_space
+
+    target = cpu_target()
+    task = next(t for t in prepare(make_model("zoo:mlp")).tasks if t.workload.name.startswith("matmul"))
+    wl = task.workload
+    space = make_space(wl, target)
+    config = space.default_config()
+    steps = json.loads(json.dumps([s.to_dict() for s in space.steps(config)]))  # as stored
+    anchor = next(t for t in wl.tensors if not t.is_placeholder and t.name.startswith("matmul"))
+    today = [a.name for a in anchor.axes]
+    assert today[-2:] == ["i", "j"]
+    old = {name: f"i{d}" for d, name in enumerate(today)}
+
+    def positional(loop: str) -> str:
+        return "@".join(old.get(p.partition(".")[0], p.partition(".")[0]) + "".join(p.partition(".")[1:])
+                        for p in loop.split("@"))
+
+    recorded = []
+    for d in steps:
+        d = dict(d)
+        at = d.get("target") if d["step"] == "compute_at" else d.get("stage")
+        if at == anchor.name or (at or "").removesuffix("_local") == anchor.name:
+            if "loop" in d:
+                d["loop"] = positional(d["loop"])
+            if "loops" in d:
+                d["loops"] = [positional(x) for x in d["loops"]]
+        recorded.append(d)
+    assert recorded != steps  # the anchor's loops did carry positional names
+    assert positional_axes_renamed(wl, recorded) == steps
+    db_path = tmp_path / "old.db"
+    with TuningDatabase(db_path) as db:
+        register(db, wl, target)
+        old_record = MeasurementRecord(wl.key, target.key, config, recorded, (1e-5,), None, verified=True)
+        db.add_measurements([old_record])
+    with TuningDatabase(db_path, readonly=True) as db:
+        choice = choose_schedule(task, target, db)
+    assert choice.tuned and json.loads(json.dumps([s.to_dict() for s in choice.steps])) == steps

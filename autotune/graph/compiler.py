@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -180,10 +181,51 @@ _REPLAY_ERRORS = (ScheduleError, KeyError, TypeError, ValueError)  # a record to
 
 
 def _replay(task: Task, record: Any, target: Target) -> KernelChoice:
-    """The task compiled with a record's steps; raises one of _REPLAY_ERRORS if they no longer apply."""
-    steps = [step_from_dict(d) for d in record.steps]
-    prog = render(task.workload, steps, target)
+    """The task compiled with a record's steps; raises one of _REPLAY_ERRORS if they no longer apply.
+    Steps recorded when graph operators named their axes by position are read in today's names."""
+    try:
+        steps = [step_from_dict(d) for d in record.steps]
+        prog = render(task.workload, steps, target)
+    except ScheduleError:
+        steps = [step_from_dict(d) for d in positional_axes_renamed(task.workload, record.steps)]
+        prog = render(task.workload, steps, target)
     return KernelChoice(task, steps, record.config, True, record.mean_s, program=prog)
+
+
+_POSITIONAL_AXIS = re.compile(r"i(\d+)$")
+
+
+def positional_axes_renamed(wl: Any, steps: Sequence[dict]) -> list[dict]:
+    """Recorded steps with loops named after the positional axes graph operators once had (``i0``,
+    ``i1``, ...: spatial dim d was ``i{d}``) renamed after the stage's axes today (a MatMul's
+    ``z0.., i, j``); other names, and stages whose axes still have such names, are kept."""
+    axes = {t.name: [a.name for a in t.axes] for t in wl.tensors if not t.is_placeholder}
+
+    def stage_axes(stage: str) -> list[str] | None:  # a cache_write stage has its tensor's axes
+        return axes.get(stage, axes.get(stage.removesuffix("_local")))
+
+    def loop(stage: str, name: str) -> str:
+        own = stage_axes(stage) or []
+        parts = []
+        for part in name.split("@"):
+            root, dot, rest = part.partition(".")
+            m = _POSITIONAL_AXIS.match(root)
+            if m and root not in own and int(m[1]) < len(own):
+                root = own[int(m[1])]
+            parts.append(root + dot + rest)
+        return "@".join(parts)
+
+    out = []
+    for d in steps:
+        d = dict(d)
+        at = d.get("target", d.get("stage")) if d.get("step") == "compute_at" else d.get("stage")
+        for key in ("loop", "x", "y"):
+            if isinstance(d.get(key), str) and at is not None:
+                d[key] = loop(at, d[key])
+        if isinstance(d.get("loops"), (list, tuple)) and at is not None:
+            d["loops"] = [loop(at, x) for x in d["loops"]]
+        out.append(d)
+    return out
 
 
 def runner_up_schedules(task: Task, target: Target, db: TuningDatabase, k: int) -> list[KernelChoice]:
