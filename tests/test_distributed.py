@@ -6,6 +6,7 @@ dask. Tiny workloads, one OpenMP thread, quick timing options: about 40 s on two
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -250,3 +251,21 @@ def test_a_model_tuned_on_a_local_cluster_measures_what_the_local_path_does(tmp_
     local, remote = tune("local.db"), tune("dask.db", "--workers", "2")
     assert sum(map(len, local.values())) == 12 and len(local) >= 2
     assert remote == local
+
+
+def test_a_models_tasks_are_measured_at_once_on_a_cluster(tmp_path: Path) -> None:
+    """With ``--workers``, batches of several tasks are in flight together (the next task's batch is
+    built while one runs), within the model's budget exactly, no config measured twice."""
+    db = tmp_path / "model.db"
+    cmd = [sys.executable, str(ROOT / "scripts" / "tune.py"), "--model", "zoo:mlp", "--trials", "24",
+           "--seed", "5", "--batch-size", "2", "--strategy", "random", "--confirm", "0", "--no-progress",
+           "--json", "--workers", "2", "--db", str(db)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["tasks_in_flight"] >= 2
+    with TuningDatabase(db) as d:
+        rows = [r for w in d.workloads() for r in d.measurements(w["key"], cpu_target().key)]
+    keys = [(r.workload_key, config_key(r.config)) for r in rows]
+    assert len(keys) == 24 and len(set(keys)) == 24

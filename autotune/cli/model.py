@@ -252,8 +252,10 @@ def _report_model_tuning(args: argparse.Namespace, target: Any, summary: Any) ->
     if summary.new_trials:
         split = ", ".join(f"{k.replace('_and_', ' and ').replace('_', ' ')} {v:.1f} s"
                           for k, v in summary.seconds.items())
+        overlap = (f"; batches of up to {summary.tasks_in_flight} tasks measured at once"
+                   if summary.tasks_in_flight > 1 else "")
         print(f"{summary.model}: where the time went: {split}; runner busy {summary.runner_busy:.0%} "
-              "of the wall time", flush=True)
+              f"of the wall time{overlap}", flush=True)
     for line in next_steps(args):
         print(line, flush=True)
     out = summary.to_json()

@@ -32,6 +32,14 @@ MAX_REBUILDS = 2  # builds redone after dying workers took them (or their result
 DEFAULT_DEPTH = 3  # batches in flight with one runner: one running, one building, one proposed
 
 
+class RunSlots:
+    """Runs in flight on one cluster's measuring workers, counted across every measurer that shares
+    it (a model's tasks measured at once): never more than one a measuring worker."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+
+
 @dataclass
 class _Candidate:
     batch: Any
@@ -59,11 +67,12 @@ class DaskMeasurer:
     def __init__(self, client: Any, workload: Workload, target: Target, run_options: RunOptions | None = None,
                  seed: int | None = None, resource: str | None = None, depth: int | None = None,
                  no_worker_grace_s: float = NO_WORKER_GRACE_S, build_on: list[str] | None | str = "find",
-                 ) -> None:
+                 slots: RunSlots | None = None) -> None:
         self.client, self.workload, self.target = client, workload, target
         self.resource = resource or measure_resource(target)
         self.no_worker_grace_s = no_worker_grace_s
         self.runners = len(require_measuring_workers(client, target, self.resource))
+        self.slots = slots or RunSlots()
         # hosts whose workers may build (None: any; "find": asked of the cluster)
         self.build_on = build_hosts(client, target) if build_on == "find" else build_on
         # one more batch in flight per further runner, so that every runner's queue stays non-empty
@@ -101,23 +110,39 @@ class DaskMeasurer:
         while self.in_flight:
             self._start_runs()
             try:
-                done, _ = wait([*self._building, *self._running], timeout=POLL_S,
-                               return_when="FIRST_COMPLETED")
+                done, _ = wait(self.pending(), timeout=POLL_S, return_when="FIRST_COMPLETED")
             except TimeoutError:  # (wait raises where it times out)
                 done = set()
-            finished = []
-            for fut in done:
-                if fut in self._building:
-                    self._after_build(fut, self._building.pop(fut), finished)
-                else:
-                    self._after_run(fut, self._running.pop(fut), finished)
+            finished = self._collect(done)
             if finished:
-                self._starved_since = None
-                self._start_runs()  # the freed runners' next candidates first, then the caller's work
                 yield from finished
                 return
             if not done:
-                self._check_workers()
+                self.check_workers()
+
+    def pending(self) -> list[Any]:
+        """The futures this measurer waits on (builds and runs in flight)."""
+        return [*self._building, *self._running]
+
+    def poll(self) -> list[tuple[Any, Trial]]:
+        """(batch, trial) of the candidates finished by now, without waiting (``wait_any`` waits for
+        several measurers); queued runs are started as runners free up."""
+        finished = self._collect([f for f in self.pending() if f.done()])
+        self._start_runs()
+        return finished
+
+    def _collect(self, done: Any) -> list[tuple[Any, Trial]]:
+        finished: list[tuple[Any, Trial]] = []
+        for fut in done:
+            if fut in self._building:
+                self._after_build(fut, self._building.pop(fut), finished)
+            elif fut in self._running:
+                self.slots.busy -= 1
+                self._after_run(fut, self._running.pop(fut), finished)
+        if finished:
+            self._starved_since = None
+            self._start_runs()  # the freed runners' next candidates first, then the caller's work
+        return finished
 
     def measure(self, configs: list[dict], steps: list[list[Step]]) -> Iterator[Trial]:
         """Measure one batch and wait for it (nothing else may be in flight)."""
@@ -131,6 +156,7 @@ class DaskMeasurer:
         pending = [*self._building, *self._running, *(c.build for c in self._built)]
         if pending:
             self.client.cancel(pending)
+        self.slots.busy -= len(self._running)
         self._building.clear()
         self._built.clear()
         self._running.clear()
@@ -145,8 +171,9 @@ class DaskMeasurer:
 
     def _start_runs(self) -> None:
         self._built.sort(key=lambda c: c.order)
-        while self._built and len(self._running) < self.runners:
+        while self._built and self.slots.busy < self.runners:
             c = self._built.pop(0)
+            self.slots.busy += 1
             c.run = self.client.submit(run_candidate, self._session, c.build, pure=False,
                                        resources={self.resource: 1}, priority=1)
             self._running[c.run] = c
@@ -198,7 +225,8 @@ class DaskMeasurer:
     def _error(c: _Candidate, kind: ErrorKind, msg: str) -> Trial:
         return Trial(c.config, c.steps, (), kind.value, msg, 0.0)
 
-    def _check_workers(self) -> None:
+    def check_workers(self) -> None:
+        """ClusterError once no worker has been able to measure the target for a while."""
         workers = measuring_workers(self.client, self.resource)
         if workers:
             self.runners = len(workers)  # (workers may join or leave)
@@ -211,6 +239,28 @@ class DaskMeasurer:
             raise ClusterError(f"no worker of the cluster can measure {self.target.kind} target "
                                f"{self.target.key} (resource {self.resource}) any more; "
                                f"{self.in_flight} candidates unmeasured, their claims released")
+
+
+def wait_any(measurers: list[DaskMeasurer]) -> list[tuple[DaskMeasurer, Any, Trial]]:
+    """(measurer, batch, trial) of what finished on any of ``measurers`` (which share one client),
+    waiting until something has; with nothing finished for a while, each checks that workers that
+    can measure its target remain."""
+    from distributed import wait
+
+    while True:
+        for m in measurers:
+            m._start_runs()
+        pending = [f for m in measurers for f in m.pending()]
+        if pending:
+            try:
+                wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+        found = [(m, batch, trial) for m in measurers for batch, trial in m.poll()]
+        if found or not any(m.in_flight for m in measurers):
+            return found
+        for m in measurers:
+            m.check_workers()
 
 
 def _cluster_failure(stage: str, err: Exception) -> ClusterError:
@@ -256,9 +306,13 @@ def cluster_measurers(kind: str, run_options: RunOptions | None, address: str | 
         raise
 
     def maker(target: Target) -> Callable[[Workload], DaskMeasurer]:
+        slots = RunSlots()  # the target's runners, shared by the measurers of its tasks
+
         def make(workload: Workload) -> DaskMeasurer:
-            made.append(DaskMeasurer(client, workload, target, run_options, build_on=hosts[target.key]))
+            made.append(DaskMeasurer(client, workload, target, run_options, build_on=hosts[target.key],
+                                     slots=slots))
             return made[-1]
+        make.pipelined = True  # type: ignore[attr-defined]  # (model tuning keeps several in flight)
         return make
 
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Collection
 
 import numpy as np
 
@@ -88,9 +89,10 @@ class GradientScheduler:
         forward = -t.best_s / t.trials
         return t.weight * (self.alpha * back + (1.0 - self.alpha) * forward)
 
-    def next_task(self) -> int | None:
-        """The task to give the next batch to, or None when every task is done."""
-        active = self.active()
+    def next_task(self, busy: Collection[int] = ()) -> int | None:
+        """The task to give the next batch to, or None when every task is done (or, with ``busy``,
+        the tasks whose batches are still being measured, the only ones left)."""
+        active = [i for i in self.active() if i not in busy]
         if not active:
             return None
         warm = [i for i in active if self.tasks[i].rounds == 0 and self.tasks[i].trials < self.batch_size]

@@ -52,6 +52,7 @@ class ModelTuneSummary:
     rounds: int = 0
     seconds: dict = field(default_factory=dict)  # render / build / run / search_and_db of the run
     runner_busy: float = 0.0  # fraction of the wall time the runners were running kernels
+    tasks_in_flight: int = 1  # most tasks whose batches were being measured at once (a cluster's)
 
     def task_json(self, mt: ModelTask) -> dict:
         base = (
@@ -85,6 +86,7 @@ class ModelTuneSummary:
             "elapsed_s": round(self.elapsed_s, 2),
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "runner_busy": round(self.runner_busy, 3),
+            "tasks_in_flight": self.tasks_in_flight,
             "tasks": rows,
         }
 
@@ -133,28 +135,40 @@ class _TaskSession:
         ``budget`` reached by the configs of this task and the ``shared_with`` ones). Configs another
         tuner of the same DB measured or holds a claim on are skipped."""
         self.errors = 0
+        configs = self.propose(n, budget, shared_with)
+        if not configs:
+            return 0
+        trials: list[Trial] = []
+        for trial in self.measurer.measure(configs, [self.space.steps(c) for c in configs]):
+            self.store(trial)
+            trials.append(trial)
+        self.learn(trials)
+        return len(trials)
+
+    def propose(self, n: int, budget: int | None = None, shared_with: Sequence[str] = ()) -> list[dict]:
+        """Up to ``n`` new configs this process now holds the claims on ([]: space exhausted, or
+        the budget reached; see ``run``)."""
         for _ in range(8):  # proposals all taken by other tuners: ask again, a few times
             proposed = self.tuner.next_batch(n)
             if not proposed:
-                return 0
+                return []
             keys = [config_key(c) for c in proposed]
             granted = set(self.db.claim(self.wl.key, self.target.key, keys, self.owner,
                                         budget=budget, shared_with=shared_with))
             configs = [c for c, k in zip(proposed, keys) if k in granted]
             if configs:
-                break
-        else:
-            return 0
-        trials: list[Trial] = []
-        for trial in self.measurer.measure(configs, [self.space.steps(c) for c in configs]):
-            self.db.add_measurements(
-                [_record(self.wl, self.target, trial, self.options.strategy, self.space.version)],
-                claimed_by=self.owner,
-            )
-            trials.append(trial)
+                return configs
+        return []
+
+    def store(self, trial: Trial) -> None:
+        """Commit one result as it arrives (its claim released in the same transaction)."""
+        rec = _record(self.wl, self.target, trial, self.options.strategy, self.space.version)
+        self.db.add_measurements([rec], claimed_by=self.owner)
+
+    def learn(self, trials: list[Trial]) -> None:
+        """The tuner learns from a whole batch; its failures are counted."""
         self.errors = sum(1 for t in trials if t.error_kind)
         self.tuner.update([t.config for t in trials], [t.mean_s for t in trials])
-        return len(trials)
 
     def confirm(self) -> int:
         """Measure this task's finalists again (see confirm_finalists); returns the records added."""
@@ -201,29 +215,22 @@ def tune_model(
     spent = rounds = errors = 0
     bar = _progress(options.progress, budget, prepared[0].graph.name)
     keys = [mt.task.key for mt in tasks]
-    # Other tuners may share the DB: the model's budget is read again every round, and claims
-    # count every task's measured and claimed configs against it, so together they never exceed it.
-    while (left := trials - db.budget_used(keys, target.key)) > 0:
-        if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
-            log(f"time budget of {options.time_budget_s:g} s used up")
-            break
-        i = sched.next_task()
-        if i is None:
-            break
-        mt, st = tasks[i], sched.tasks[i]
-        want = min(options.batch_size, left)
+
+    def session(i: int) -> _TaskSession:
         if i not in sessions:
-            sessions[i] = _TaskSession(mt, target, db, options, make_measurer)
-        try:
-            new = sessions[i].run(want, budget=trials, shared_with=keys)
-        except Exception as err:  # noqa: BLE001 - one task's tuner failing must not end the model's run
-            log(
-                f"{mt.task.label}: the {options.strategy} tuner failed "
-                f"({type(err).__name__}: {err}); dropping the task"
-            )
-            sched.finished_round(i)
-            sched.observe(i, st.trials, st.best_s, exhausted=True)
-            continue
+            sessions[i] = _TaskSession(tasks[i], target, db, options, make_measurer)
+        return sessions[i]
+
+    def drop(i: int, err: Exception) -> None:
+        """One task's tuner failing must not end the model's run: the task is dropped."""
+        log(f"{tasks[i].task.label}: the {options.strategy} tuner failed ({type(err).__name__}: {err}); "
+            "dropping the task")
+        sched.finished_round(i)
+        sched.observe(i, sched.tasks[i].trials, sched.tasks[i].best_s, exhausted=True)
+
+    def finished_round(i: int, new: int, want: int) -> None:
+        nonlocal spent, rounds, errors
+        mt, st = tasks[i], sched.tasks[i]
         mt.new_trials += new
         mt.rounds += 1
         spent += new
@@ -245,6 +252,31 @@ def tune_model(
             "estimated model latency %s", spent, budget, mt.task.label, mt.weight, st.trials,
             _ms(st.best_s), gflops, estimate if estimate != "-" else "- (a task has no valid result yet)",
         )
+
+    def out_of_time() -> bool:
+        if options.time_budget_s is not None and time.perf_counter() - start > options.time_budget_s:
+            log(f"time budget of {options.time_budget_s:g} s used up")
+            return True
+        return False
+
+    # Other tuners may share the DB: the model's budget is read again every round, and claims
+    # count every task's measured and claimed configs against it, so together they never exceed it.
+    most_in_flight = 1
+    if getattr(make_measurer, "pipelined", False):  # a cluster's measurers (distributed.measurer)
+        most_in_flight = _pipelined_rounds(sched, session, drop, finished_round, out_of_time, db, target,
+                                           keys, trials, options)
+    else:
+        while (left := trials - db.budget_used(keys, target.key)) > 0 and not out_of_time():
+            i = sched.next_task()
+            if i is None:
+                break
+            want = min(options.batch_size, left)
+            try:
+                new = session(i).run(want, budget=trials, shared_with=keys)
+            except Exception as err:  # noqa: BLE001 - one task's tuner failing must not end the run
+                drop(i, err)
+                continue
+            finished_round(i, new, want)
     if bar is not None:
         bar.close()
     confirmed = 0
@@ -278,7 +310,62 @@ def tune_model(
         rounds=rounds,
         seconds=seconds,
         runner_busy=busy,
+        tasks_in_flight=most_in_flight,
     )
+
+
+def _pipelined_rounds(sched: GradientScheduler, session: Callable[[int], _TaskSession],
+                      drop: Callable[[int, Exception], None], finished_round: Callable[[int, int, int], None],
+                      out_of_time: Callable[[], bool], db: TuningDatabase, target: Target, keys: list[str],
+                      trials: int, options: TuneOptions) -> int:
+    """The model's rounds with batches of several tasks in flight on a cluster (pipelined
+    measurers sharing its runners): up to the measurers' depth of batches, one a task at a time,
+    so while one task's batch runs the next tasks' are built and proposed. Each result is
+    committed as it arrives; a task's tuner and the scheduler learn from a batch once all of it is
+    in. Budget and claims as in the serial rounds: claims in flight count against the budget.
+    Returns the most tasks that had batches in flight at once."""
+    from ..distributed.measurer import wait_any
+
+    inflight: dict[int, tuple[int, int, list[Trial]]] = {}  # task -> (configs, asked for, results)
+    depth = 1  # the measurers' depth, once one is made
+    timed_out = False
+    most = 0
+    while True:
+        while len(inflight) < depth and not timed_out:
+            timed_out = out_of_time()
+            left = trials - db.budget_used(keys, target.key)  # (claims in flight included)
+            i = sched.next_task(busy=set(inflight)) if left > 0 and not timed_out else None
+            if i is None:
+                break
+            want = min(options.batch_size, left)
+            try:
+                s = session(i)
+                configs = s.propose(want, budget=trials, shared_with=keys)
+            except Exception as err:  # noqa: BLE001 - as in the serial rounds
+                drop(i, err)
+                continue
+            depth = max(depth, int(getattr(s.measurer, "depth", 1)))
+            if not configs:
+                finished_round(i, 0, want)
+                continue
+            s.measurer.submit(configs, [s.space.steps(c) for c in configs], batch=i)
+            inflight[i] = (len(configs), want, [])
+            most = max(most, len(inflight))
+        if not inflight:
+            return most
+        for _, i, trial in wait_any([session(i).measurer for i in inflight]):
+            session(i).store(trial)
+            n, want, got = inflight[i]
+            got.append(trial)
+            if len(got) < n:
+                continue
+            del inflight[i]
+            try:
+                session(i).learn(got)
+            except Exception as err:  # noqa: BLE001 - as in the serial rounds
+                drop(i, err)
+                continue
+            finished_round(i, n, want)
 
 
 def _ms(seconds: float) -> str:
