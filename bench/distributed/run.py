@@ -12,7 +12,9 @@ loop runs
 first with an empty build cache (every candidate compiled: the cold figures, trials/s), then again
 into a fresh database with the same seed, so every library is in the cache and what is left is the
 loop, the runs and the machinery around them: (dask-2 - local) / trials is the distributed
-path's overhead per trial at equal parallelism. Each run's runner-busy fraction is reported. The
+path's overhead per trial at equal parallelism. Everything runs ``--repeats`` times (new seeds
+each time) and the figures take each mode's median wall time: on a 2-core machine one run moves by
+10% with what else the machine does. Each run's runner-busy fraction is reported. The
 host's load average is recorded before and after: on a shared machine the figures move with it.
 Kernels run with one OpenMP thread."""
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -71,6 +74,8 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--parallel", type=int, default=2, help="compiler threads of the local path")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="times each mode runs, interleaved; the figures take each mode's median wall time")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -78,21 +83,25 @@ def main() -> int:
     os.environ["HOME"] = str(work)  # a build cache of its own (~/.cache/autotune/builds), workers too
     load_before = os.getloadavg()
     results: dict[str, list[dict]] = {"cold": [], "cached": []}
-    for phase in ("cold", "cached"):
-        for i, mode in enumerate(("local", "dask-1", "dask-2")):
-            # cold: each mode its own seed (its own configs, none in the cache); cached: the same
-            # seeds again into fresh databases, every library already built
-            seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + i})
-            row = _tune(mode, work / f"{phase}-{mode}.db", seeded)
-            print(phase, json.dumps(row), flush=True)
-            results[phase].append(row)
-    by = {(ph, r["mode"]): r for ph in results for r in results[ph]}
+    modes = ("local", "dask-1", "dask-2")
+    for r in range(args.repeats):
+        for phase in ("cold", "cached"):
+            for i, mode in enumerate(modes):
+                # cold: each mode and repeat its own seed (its own configs, none in the cache); cached:
+                # the same seeds again into fresh databases, every library already built
+                seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + 10 * r + i})
+                row = _tune(mode, work / f"{phase}-{mode}-{r}.db", seeded)
+                print(phase, json.dumps(row), flush=True)
+                results[phase].append(row)
+
+    def wall(phase: str, mode: str) -> float:  # the median over the repeats
+        return statistics.median(r["wall_s"] for r in results[phase] if r["mode"] == mode)
 
     def ratio(phase: str, a: str, b: str) -> float:
-        return round(by[phase, a]["trials_per_s"] / by[phase, b]["trials_per_s"], 3)
+        return round(wall(phase, b) / wall(phase, a), 3)  # trials/s of a over those of b
 
     def overhead_ms(phase: str) -> float:
-        return round(1000 * (by[phase, "dask-2"]["wall_s"] - by[phase, "local"]["wall_s"]) / args.trials, 2)
+        return round(1000 * (wall(phase, "dask-2") - wall(phase, "local")) / args.trials, 2)
 
     summary = {
         "speedup_2_vs_1_workers_cold": ratio("cold", "dask-2", "dask-1"),
@@ -101,6 +110,8 @@ def main() -> int:
         "overhead_ms_per_trial_cold": overhead_ms("cold"),
     }
     out = {"workload": f"{args.op}[{args.shape}]", "trials": args.trials, "batch_size": args.batch_size,
+           "repeats": args.repeats,
+           "median_wall_s": {f"{ph}/{m}": wall(ph, m) for ph in results for m in modes},
            "local_build_threads": args.parallel, "cpu_count": os.cpu_count(),
            "loadavg_before": [round(v, 2) for v in load_before],
            "loadavg_after": [round(v, 2) for v in os.getloadavg()],
