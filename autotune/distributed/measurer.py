@@ -33,37 +33,11 @@ DEFAULT_DEPTH = 3  # batches in flight with one runner: one running, one buildin
 
 
 class RunSlots:
-    """The runs in flight on one target's measuring workers, across every measurer that shares it (a
-    model's tasks measured at once). Each worker has a chain of at most two: the run it is doing and
-    the next one, which depends on it. Dask keeps that next run on the scheduler until the one before
-    it is done, then starts it on the same worker at once, with no round trip to the client. A
-    waiting run is not on the worker, so a worker that dies is blamed only for the run it had."""
-
-    DEPTH = 2  # runs a chain holds: one running, one waiting on it
+    """Runs in flight on one cluster's measuring workers, counted across every measurer that shares
+    it (a model's tasks measured at once): never more than one a measuring worker."""
 
     def __init__(self) -> None:
-        self.queued: dict[str, int] = {}  # worker -> runs of its chain in flight
-        self.tails: dict[str, Any] = {}  # worker -> the last run submitted to its chain
-
-    @property
-    def busy(self) -> int:
-        return sum(self.queued.values())
-
-    def worker(self, workers: list[str]) -> str | None:
-        """The measuring worker whose chain has room (the shortest), or None."""
-        free = [w for w in workers if self.queued.get(w, 0) < self.DEPTH]
-        return min(free, key=lambda w: (self.queued.get(w, 0), w)) if free else None
-
-    def tail(self, worker: str) -> Any:
-        """The run a new run on ``worker`` must wait for (None: its chain is empty)."""
-        return self.tails.get(worker) if self.queued.get(worker, 0) else None
-
-    def add(self, worker: str, run: Any) -> None:
-        self.queued[worker] = self.queued.get(worker, 0) + 1
-        self.tails[worker] = run
-
-    def done(self, worker: str) -> None:
-        self.queued[worker] = max(0, self.queued.get(worker, 0) - 1)
+        self.busy = 0
 
 
 @dataclass
@@ -75,7 +49,6 @@ class _Candidate:
     build: Any = None  # its build future
     run: Any = None  # its run future, once a runner slot was free
     rebuilds: int = 0
-    worker: str = ""  # the measuring worker whose chain its run joined
 
 
 class DaskMeasurer:
@@ -98,8 +71,7 @@ class DaskMeasurer:
         self.client, self.workload, self.target = client, workload, target
         self.resource = resource or measure_resource(target)
         self.no_worker_grace_s = no_worker_grace_s
-        self.workers = require_measuring_workers(client, target, self.resource)
-        self.runners = len(self.workers)
+        self.runners = len(require_measuring_workers(client, target, self.resource))
         self.slots = slots or RunSlots()
         # hosts whose workers may build (None: any; "find": asked of the cluster)
         self.build_on = build_hosts(client, target) if build_on == "find" else build_on
@@ -165,9 +137,8 @@ class DaskMeasurer:
             if fut in self._building:
                 self._after_build(fut, self._building.pop(fut), finished)
             elif fut in self._running:
-                c = self._running.pop(fut)
-                self.slots.done(c.worker)
-                self._after_run(fut, c, finished)
+                self.slots.busy -= 1
+                self._after_run(fut, self._running.pop(fut), finished)
         if finished:
             self._starved_since = None
             self._start_runs()  # the freed runners' next candidates first, then the caller's work
@@ -185,8 +156,7 @@ class DaskMeasurer:
         pending = [*self._building, *self._running, *(c.build for c in self._built)]
         if pending:
             self.client.cancel(pending)
-        for c in self._running.values():
-            self.slots.done(c.worker)
+        self.slots.busy -= len(self._running)
         self._building.clear()
         self._built.clear()
         self._running.clear()
@@ -201,16 +171,11 @@ class DaskMeasurer:
 
     def _start_runs(self) -> None:
         self._built.sort(key=lambda c: c.order)
-        while self._built:
-            worker = self.slots.worker(self.workers)
-            if worker is None:
-                return
+        while self._built and self.slots.busy < self.runners:
             c = self._built.pop(0)
-            c.worker = worker
-            c.run = self.client.submit(run_candidate, self._session, c.build, self.slots.tail(worker),
-                                       pure=False, resources={self.resource: 1}, priority=1, workers=[worker],
-                                       allow_other_workers=True)
-            self.slots.add(worker, c.run)
+            self.slots.busy += 1
+            c.run = self.client.submit(run_candidate, self._session, c.build, pure=False,
+                                       resources={self.resource: 1}, priority=1)
             self._running[c.run] = c
 
     def _after_build(self, fut: Any, c: _Candidate, finished: list) -> None:
@@ -236,8 +201,7 @@ class DaskMeasurer:
         try:
             ran: Ran = fut.result()
         except KilledWorker as err:
-            self.check_workers()  # a worker died: new runs join the chains of those alive
-            if err.task != fut.key and c.rebuilds < MAX_REBUILDS:  # lost with the build or the run before it
+            if err.task != fut.key and c.rebuilds < MAX_REBUILDS:  # its build was lost, not its run
                 c.rebuilds += 1
                 self._start_build(c)
                 return
@@ -265,7 +229,7 @@ class DaskMeasurer:
         """ClusterError once no worker has been able to measure the target for a while."""
         workers = measuring_workers(self.client, self.resource)
         if workers:
-            self.workers, self.runners = workers, len(workers)  # (workers may join or leave)
+            self.runners = len(workers)  # (workers may join or leave)
             self._starved_since = None
             return
         now = time.monotonic()

@@ -94,9 +94,8 @@ def build_candidate(session: Session, steps: list[Step]) -> Built:
                  t1 - t0, b.build_s)
 
 
-def run_candidate(session: Session, built: Built, after: Any = None) -> Ran:
-    """Run one built candidate on this worker's runner of the session's target (``after``: the run
-    before it on this worker, a dependency that only orders them)."""
+def run_candidate(session: Session, built: Built) -> Ran:
+    """Run one built candidate on this worker's runner of the session's target."""
     pid = os.getpid()
     if built.error_kind is not None:
         return Ran(built, None, pid)
