@@ -127,8 +127,13 @@ def test_softmax_source_uses_warp_shuffles() -> None:
     ],
 )
 def test_generated_cuda_compiles_with_nvcc(tmp_path: Path, op: str, shape: str, config: dict) -> None:
+    _assert_nvcc_builds(tmp_path, cuda_source(op, shape, config))
+
+
+def _assert_nvcc_builds(tmp_path: Path, source: str) -> None:
+    """``source`` compiles to a non-empty cubin for sm_90."""
     cu = tmp_path / "k.cu"
-    cu.write_text(cuda_source(op, shape, config))
+    cu.write_text(source)
     r = subprocess.run(
         ["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
         capture_output=True,
@@ -203,25 +208,12 @@ def test_forced_knobs_are_correct_in_emulation(op: str, shape: str, forced: dict
     wl = te.make_workload(op, shape)
     space = make_space(wl, TARGET)
     rng = np.random.default_rng()
-    cfg = None
-    for _ in range(200):
-        cfg = dict(space.sample(rng), **forced)
-        if space.is_valid(cfg):
-            break
-    assert cfg is not None and space.is_valid(cfg), f"no valid config with {forced}"
+    cfg = _sample_with(space, forced, rng)
     if forced.get("stage_padded"):
         src = build_cuda_program(wl, space.steps(cfg), TARGET).source
         assert "__shared__ float pad_shared[" in src
-    inputs = wl.random_inputs(rng)
-    ref = wl.run_reference(inputs)
-    rtol, atol = tolerances(ref)
-    runner.set_task(wl.key, inputs, ref, [(o.shape, o.dtype) for o in wl.outputs])
-    prog = build_cuda_emulation(wl, space.steps(cfg), TARGET)
-    b = builder.build(prog.kernel_name, prog.source)
-    assert b.error_kind is None, b.error_msg
-    r = runner.run(b.lib_path, prog.kernel_name, wl.key,
-                   RunOptions(rtol=rtol, atol=atol, repeat=1, min_repeat_ms=0, timeout_s=120))
-    assert r.error_kind is None, (cfg, r.error_msg)
+    error = _check_in_emulation(wl, space, cfg, builder, runner, rng)
+    assert error is None, (cfg, error)
 
 
 def test_pipelined_tiles_are_copied_asynchronously() -> None:
@@ -251,11 +243,7 @@ def test_a_ring_beyond_48_kib_is_dynamic_shared_memory(tmp_path: Path) -> None:
     small = build_cuda_program(wl, space.steps(dict(FRAGMENT_CFG, stages=3)), TARGET)
     assert small.kernels[0].shared_bytes == 0 and "__shared__ float A_shared[3168]" in small.source
     if shutil.which("nvcc") is not None:
-        cu = tmp_path / "k.cu"
-        cu.write_text(prog.source)
-        r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(cu)],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
+        _assert_nvcc_builds(tmp_path, prog.source)
 
 
 def _check_in_emulation(wl, space, cfg, builder, runner, rng) -> str | None:  # noqa: ANN001
