@@ -98,6 +98,7 @@ def test_same_seed_measures_the_same_configs_as_the_local_path(client, tmp_path:
     assert len(local) == 10 and sorted(local) == sorted(remote)
     assert s.new_trials == 10 and s.valid == 10 and 0 < s.runner_busy <= 1
     assert sum(m.runs_by_pid.values()) == 10
+    assert m.build_tasks == 2 + 2 + 2  # batches of 4, 4 and 2, each shared by the 2 building workers
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_measures_nothing_twice(client, tmp_path: Path) -> None:  # noqa: ANN001

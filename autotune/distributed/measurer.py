@@ -1,6 +1,6 @@
 """DaskMeasurer: measures one workload's candidates on a Dask cluster. ``submit`` queues a batch
-(one build task and one run task per candidate, earlier batches first, a batch's runs before later
-builds) and returns at once; ``completed`` yields results as they arrive. ``measure`` is the
+(one build task per building worker, one run task per candidate; earlier batches first, a batch's
+runs before later builds) and returns at once; ``completed`` yields results as they arrive. ``measure`` is the
 synchronous form the local path's WorkloadMeasurer also has (confirmation uses it)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit
 
 from ..measure import ErrorKind, RunOptions
 from ..schedule import Step
@@ -24,7 +25,7 @@ from .cluster import (
     offered_targets,
     require_measuring_workers,
 )
-from .tasks import Ran, Session, build_candidate, run_candidate
+from .tasks import Ran, Session, build_candidates, run_candidate
 
 NO_WORKER_GRACE_S = 20.0  # runs waiting this long with no worker that can measure them: give up
 POLL_S = 0.5
@@ -46,7 +47,8 @@ class _Candidate:
     order: int  # submission order: runs start in it (earlier batches first)
     config: dict
     steps: list[Step]
-    build: Any = None  # its build future
+    build: Any = None  # the future of the build task it is part of
+    index: int = 0  # its place in that task's candidates
     run: Any = None  # its run future, once a runner slot was free
     rebuilds: int = 0
 
@@ -75,6 +77,7 @@ class DaskMeasurer:
         self.slots = slots or RunSlots()
         # hosts whose workers may build (None: any; "find": asked of the cluster)
         self.build_on = build_hosts(client, target) if build_on == "find" else build_on
+        self.builders = self._count_builders()
         # one more batch in flight per further runner, so that every runner's queue stays non-empty
         self.depth = depth or DEFAULT_DEPTH + self.runners - 1
         task = prepare_task(workload, target, run_options, seed, label=f"dask-{id(self)}")
@@ -83,7 +86,8 @@ class DaskMeasurer:
         self._session = client.submit(_hold, Session(workload, target, task), pure=False, priority=1)
         self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # summed over workers
         self.runs_by_pid: dict[int, int] = {}  # runner worker pid -> runs it made
-        self._building: dict[Any, _Candidate] = {}  # build future -> candidate
+        self.build_tasks = 0  # build tasks submitted (each builds a batch's share for one builder)
+        self._building: dict[Any, list[_Candidate]] = {}  # build future -> its candidates
         self._built: list[_Candidate] = []  # built, waiting for a runner
         self._running: dict[Any, _Candidate] = {}  # run future -> candidate
         self._order = itertools.count()
@@ -94,13 +98,20 @@ class DaskMeasurer:
         """Queue a batch; ``batch`` (default: a new number) comes back with each of its results."""
         n = next(self._batch_no)
         batch = n if batch is None else batch
-        for cfg, st in zip(configs, steps):
-            self._start_build(_Candidate(batch, next(self._order), cfg, st))
+        cands = [_Candidate(batch, next(self._order), cfg, st) for cfg, st in zip(configs, steps)]
+        per = -(-len(cands) // self.builders)  # one build task per builder and batch
+        for i in range(0, len(cands), per):
+            self._start_build(cands[i:i + per])
         return batch
+
+    def _count_builders(self) -> int:
+        """How many workers may build now (those on ``build_on``'s hosts, or all); at least 1."""
+        addrs = self.client.scheduler_info(n_workers=-1)["workers"]
+        return max(1, sum(1 for a in addrs if self.build_on is None or urlsplit(a).hostname in self.build_on))
 
     @property
     def in_flight(self) -> int:
-        return len(self._building) + len(self._built) + len(self._running)
+        return sum(map(len, self._building.values())) + len(self._built) + len(self._running)
 
     def completed(self) -> Iterator[tuple[Any, Trial]]:
         """(batch, trial) of every candidate that finished since the last call; waits until at least
@@ -153,7 +164,7 @@ class DaskMeasurer:
 
     def close(self) -> None:
         """Cancel what is still queued and drop the session's data on the cluster."""
-        pending = [*self._building, *self._running, *(c.build for c in self._built)]
+        pending = [*self._building, *self._running, *{c.build for c in self._built}]
         if pending:
             self.client.cancel(pending)
         self.slots.busy -= len(self._running)
@@ -164,34 +175,39 @@ class DaskMeasurer:
 
     # -- internals ------------------------------------------------------------
 
-    def _start_build(self, c: _Candidate) -> None:
-        c.build = self.client.submit(build_candidate, self._session, c.steps, pure=False, priority=-c.order,
-                                     workers=self.build_on)
-        self._building[c.build] = c
+    def _start_build(self, cands: list[_Candidate]) -> None:
+        fut = self.client.submit(build_candidates, self._session, [c.steps for c in cands], pure=False,
+                                 priority=-cands[0].order, workers=self.build_on)
+        self.build_tasks += 1
+        for i, c in enumerate(cands):
+            c.build, c.index = fut, i
+        self._building[fut] = cands
 
     def _start_runs(self) -> None:
         self._built.sort(key=lambda c: c.order)
         while self._built and self.slots.busy < self.runners:
             c = self._built.pop(0)
             self.slots.busy += 1
-            c.run = self.client.submit(run_candidate, self._session, c.build, pure=False,
+            c.run = self.client.submit(run_candidate, self._session, c.build, c.index, pure=False,
                                        resources={self.resource: 1}, priority=1)
             self._running[c.run] = c
 
-    def _after_build(self, fut: Any, c: _Candidate, finished: list) -> None:
+    def _after_build(self, fut: Any, cands: list[_Candidate], finished: list) -> None:
         from distributed import KilledWorker
 
         if fut.status == "finished":
-            self._built.append(c)
+            self._built.extend(cands)
             return
         try:
             fut.result()
         except KilledWorker:
-            if c.rebuilds < MAX_REBUILDS:  # queued on workers that died: build it again
+            again = [c for c in cands if c.rebuilds < MAX_REBUILDS]  # queued on workers that died
+            finished.extend((c.batch, self._error(c, ErrorKind.BUILD_ERROR, "workers died building it"))
+                            for c in cands if c.rebuilds >= MAX_REBUILDS)
+            for c in again:
                 c.rebuilds += 1
-                self._start_build(c)
-                return
-            finished.append((c.batch, self._error(c, ErrorKind.BUILD_ERROR, "workers died building it")))
+            if again:
+                self._start_build(again)
         except Exception as err:  # noqa: BLE001 - a candidate's own failures come back as data
             raise _cluster_failure("build", err) from None
 
@@ -203,7 +219,7 @@ class DaskMeasurer:
         except KilledWorker as err:
             if err.task != fut.key and c.rebuilds < MAX_REBUILDS:  # its build was lost, not its run
                 c.rebuilds += 1
-                self._start_build(c)
+                self._start_build([c])
                 return
             msg = f"two workers died while running it (the kernel, not the worker): {err}"
             finished.append((c.batch, self._error(c, ErrorKind.RUNTIME_CRASH, msg)))
@@ -230,6 +246,7 @@ class DaskMeasurer:
         workers = measuring_workers(self.client, self.resource)
         if workers:
             self.runners = len(workers)  # (workers may join or leave)
+            self.builders = self._count_builders()
             self._starved_since = None
             return
         now = time.monotonic()

@@ -1,4 +1,4 @@
-"""What runs on the workers: render + build one candidate (any worker), run one built candidate
+"""What runs on the workers: render + build a few candidates (any worker), run one built candidate
 (a worker that declares the target's resource). A worker keeps one builder and one runner per
 target in this module's state, so a runner process (and its device context) lives as long as the
 worker; libraries travel as bytes with the build result, so a run may happen on another host."""
@@ -94,8 +94,16 @@ def build_candidate(session: Session, steps: list[Step]) -> Built:
                  t1 - t0, b.build_s)
 
 
-def run_candidate(session: Session, built: Built) -> Ran:
-    """Run one built candidate on this worker's runner of the session's target."""
+def build_candidates(session: Session, steps: list[list[Step]]) -> list[Built]:
+    """Render and build several schedules on this worker, in turn (one task where there would be
+    several: fewer round trips through the scheduler)."""
+    return [build_candidate(session, st) for st in steps]
+
+
+def run_candidate(session: Session, chunk: list[Built], index: int) -> Ran:
+    """Run ``chunk[index]`` (one candidate of a build task's) on this worker's runner of the
+    session's target."""
+    built = chunk[index]
     pid = os.getpid()
     if built.error_kind is not None:
         return Ran(built, None, pid)

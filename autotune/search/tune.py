@@ -231,7 +231,7 @@ def _tune_pipelined(db: TuningDatabase, wl: Workload, target: Target, tuner: Tun
     while True:
         while not exhausted and len(inflight) < measurer.depth and not _out_of_time(options, start):
             measured = db.measured_config_keys(wl.key, target.key, search_only=True)
-            _absorb(db, tuner, wl, target, measured - known)
+            _absorb(db, tuner, wl, target, measured - known - queued)  # (queued: stored here, batch not done)
             known |= measured
             pending = sum(sizes[b] - len(inflight[b]) for b in inflight)
             if len(measured) >= options.trials:
