@@ -54,6 +54,10 @@ class CpuRenderer(CStyleRenderer):
 
     def prelude(self) -> str:
         v, n = self.vtype, self.lanes
+        # the AVX-512 forms of rounding and scaling: 16 lanes with AVX-512F, 8 with AVX-512VL too
+        isa_guard, ip, mt = {16: ("defined(__AVX512F__)", "_mm512", "__m512"),
+                             8: ("defined(__AVX512F__) && defined(__AVX512VL__)", "_mm256", "__m256")
+                             }.get(n, ("0", "", ""))
         return f"""#include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +77,29 @@ static inline float at_hmax({v} v) {{
   float s = v[0]; for (int i = 1; i < {n}; ++i) s = fmaxf(s, v[i]); return s; }}
 static inline float at_hmin({v} v) {{
   float s = v[0]; for (int i = 1; i < {n}; ++i) s = fminf(s, v[i]); return s; }}
-/* exp on every lane: x = k ln2 + r (Cody-Waite split of ln2), e^r by a degree-6 polynomial
-   (Cephes' expf coefficients, about 1 ulp), 2^k built in exponent bits; inputs clamped to
-   [-87.34, 88.72] (below: the smallest normal float instead of a denormal) */
+/* round to the nearest integer, and y 2^t for integral t: one instruction each where the ISA has
+   them (AVX-512's vrndscaleps and vscalefps), else through integer conversion and exponent bits */
+#if {isa_guard}
+#include <immintrin.h>
+static inline {v} at_vround({v} x) {{
+  return ({v}){ip}_roundscale_ps(({mt})x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }}
+static inline {v} at_vscale2({v} y, {v} t) {{ return ({v}){ip}_scalef_ps(({mt})y, ({mt})t); }}
+#else
+static inline {v} at_vround({v} x) {{
+  x = x + 0.5f;
+  {v} t = __builtin_convertvector(__builtin_convertvector(x, at_i32x{n}), {v});
+  return t + __builtin_convertvector(t > x, {v}); }}  /* truncation -> floor (masks are -1) */
+static inline {v} at_vscale2({v} y, {v} t) {{
+  at_i32x{n} k = __builtin_convertvector(t, at_i32x{n}), h = k >> 1;  /* 2^k = 2^h 2^(k-h): */
+  at_i32x{n} e1 = (h + 127) << 23, e2 = (k - h + 127) << 23;          /* both stay normal */
+  return y * ({v})e1 * ({v})e2; }}
+#endif
+/* exp on every lane: x = k ln2 + r (Cody-Waite split of ln2, |r| <= ln2 / 2), e^r by a degree-6
+   polynomial (Cephes' expf coefficients, about 1 ulp), times 2^k; inputs clamped to
+   [-87.34, 88.72] */
 static inline {v} at_vexp({v} x) {{
   x = at_vmin(at_vmax(x, at_bcast(-87.33654f)), at_bcast(88.72283f));
-  {v} fx = x * 1.44269504088896341f + 0.5f;
-  {v} t = __builtin_convertvector(__builtin_convertvector(fx, at_i32x{n}), {v});
-  t = t + __builtin_convertvector(t > fx, {v});  /* truncation -> floor (masks are -1) */
+  {v} t = at_vround(x * 1.44269504088896341f);
   x = x - t * 0.693359375f - t * -2.12194440e-4f;
   {v} y = x * 1.9875691500e-4f + 1.3981999507e-3f;
   y = y * x + 8.3334519073e-3f;
@@ -88,9 +107,7 @@ static inline {v} at_vexp({v} x) {{
   y = y * x + 1.6666665459e-1f;
   y = y * x + 5.0000001201e-1f;
   y = y * (x * x) + x + 1.0f;
-  at_i32x{n} k = __builtin_convertvector(t, at_i32x{n}), h = k >> 1;  /* 2^k = 2^h 2^(k-h): */
-  at_i32x{n} e1 = (h + 127) << 23, e2 = (k - h + 127) << 23;          /* both stay normal */
-  return y * ({v})e1 * ({v})e2; }}
+  return at_vscale2(y, t); }}
 static inline {v} at_vsigmoid({v} x) {{ return 1.0f / (1.0f + at_vexp(-x)); }}
 /* tanh: 1 - 2 / (e^2x + 1), and for |x| < 0.625 (where that cancels) the odd polynomial
    x + x^3 P(x^2) (Cephes' tanhf coefficients) */
