@@ -315,7 +315,8 @@ void v{f}(const float* x, float* y, int n) {{
 }}
 """ for f in ("exp", "sigmoid", "tanh")))
     lib = tmp_path / "vmath.so"
-    subprocess.run(["gcc", "-O3", *isa, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, timeout=120)
+    subprocess.run(["gcc", "-O3", *isa, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True,
+                   timeout=120)
     so = ctypes.CDLL(str(lib))
     rng = np.random.default_rng()
 
