@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The host's float32 FMA peak on every core, and what it bounds: the time a model's kernels need
+at that peak for the floating-point operations they compute (each task's flops times its calls).
+A ratio to a baseline above (baseline time / that floor) is out of reach for float32 kernels on
+this host that compute those operations, however well they are scheduled (an algorithm with fewer
+operations, such as a Winograd convolution, moves the floor: the model is prepared as
+``compile.py`` prepares it by default, with direct convolutions).
+
+    python bench/cpu_models/fma_peak/run.py --model zoo:bert_layer [--baseline-ms 10.9]
+
+writes peak.json next to this file. The peak comes from a C loop of independent fused
+multiply-adds on the widest float vectors gcc targets here (-march=native), one OpenMP thread
+per core, best of 5."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+KERNEL = r"""
+#include <omp.h>
+#include <stdio.h>
+typedef float vf __attribute__((vector_size(%(bytes)d)));
+#define ACC 12
+int main(void) {
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    long iters = 20000000;
+    float sink = 0;
+    double t0 = omp_get_wtime();
+    #pragma omp parallel reduction(+ : sink)
+    {
+      vf a[ACC], b, c;
+      for (int l = 0; l < %(lanes)d; ++l) { b[l] = 1.0000001f; c[l] = 1e-7f; }
+      for (int i = 0; i < ACC; ++i) for (int l = 0; l < %(lanes)d; ++l) a[i][l] = (float)(i + l);
+      for (long it = 0; it < iters; ++it) {
+        #pragma GCC unroll 12
+        for (int i = 0; i < ACC; ++i) a[i] = a[i] * b + c;
+      }
+      for (int i = 0; i < ACC; ++i) for (int l = 0; l < %(lanes)d; ++l) sink += a[i][l];
+    }
+    double t = omp_get_wtime() - t0;
+    double gflops = 2.0 * %(lanes)d * ACC * iters * omp_get_max_threads() / t / 1e9;
+    if (gflops > best) best = gflops;
+    if (sink == 1234.5f) printf("#");
+  }
+  printf("%%.2f %%d\n", best, omp_get_max_threads());
+  return 0;
+}
+"""
+
+
+def fma_peak(lanes: int) -> tuple[float, int]:
+    """(GFLOP/s, threads) of independent float32 FMAs on ``lanes``-wide vectors, every core."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "peak.c", Path(tmp) / "peak"
+        src.write_text(KERNEL % {"bytes": 4 * lanes, "lanes": lanes})
+        subprocess.run(["gcc", "-O2", "-march=native", "-ffp-contract=fast", "-fopenmp", str(src), "-o",
+                        str(exe)], check=True, timeout=120)
+        out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=300).stdout
+    gflops, threads = out.split()
+    return float(gflops), int(threads)
+
+
+def model_gflop(model: str) -> float:
+    """Floating-point operations of one call of the model's compiled kernels, in GFLOP."""
+    from autotune.graph.compiler import prepare
+
+    return sum(t.workload.flops * t.weight for t in prepare(model).tasks) / 1e9
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="zoo:bert_layer")
+    p.add_argument("--baseline-ms", type=float, help="a baseline's time for the model (e.g. onnxruntime's)")
+    p.add_argument("--out", type=Path, default=Path(__file__).with_name("peak.json"))
+    args = p.parse_args()
+    from autotune.target import cpu_target
+
+    lanes = cpu_target().vector_lanes
+    peak, threads = fma_peak(lanes)
+    gflop = model_gflop(args.model)
+    floor_ms = 1e3 * gflop / peak
+    out = {"cpu": cpu_target().describe(), "lanes": lanes, "threads": threads, "fma_peak_gflops": peak,
+           "model": args.model, "model_gflop": round(gflop, 4), "floor_ms_at_peak": round(floor_ms, 3)}
+    if args.baseline_ms:
+        out["baseline_ms"] = args.baseline_ms
+        out["max_speedup_over_baseline"] = round(args.baseline_ms / floor_ms, 3)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    raise SystemExit(main())
