@@ -1,5 +1,5 @@
 """DaskMeasurer: measures one workload's candidates on a Dask cluster. ``submit`` queues a batch
-(one build task per building worker, one run task per candidate; earlier batches first, a batch's
+(one build task per building thread, one run task per candidate; earlier batches first, a batch's
 runs before later builds) and returns at once; ``completed`` yields results as they arrive. ``measure`` is the
 synchronous form the local path's WorkloadMeasurer also has (confirmation uses it)."""
 
@@ -86,7 +86,7 @@ class DaskMeasurer:
         self._session = client.submit(_hold, Session(workload, target, task), pure=False, priority=1)
         self.seconds = {"render": 0.0, "build": 0.0, "run": 0.0}  # summed over workers
         self.runs_by_pid: dict[int, int] = {}  # runner worker pid -> runs it made
-        self.build_tasks = 0  # build tasks submitted (each builds a batch's share for one builder)
+        self.build_tasks = 0  # build tasks submitted (each builds a batch's share for one building thread)
         self._building: dict[Any, list[_Candidate]] = {}  # build future -> its candidates
         self._built: list[_Candidate] = []  # built, waiting for a runner
         self._running: dict[Any, _Candidate] = {}  # run future -> candidate
@@ -99,15 +99,17 @@ class DaskMeasurer:
         n = next(self._batch_no)
         batch = n if batch is None else batch
         cands = [_Candidate(batch, next(self._order), cfg, st) for cfg, st in zip(configs, steps)]
-        per = -(-len(cands) // self.builders)  # one build task per builder and batch
+        per = -(-len(cands) // self.builders)  # one build task per building thread and batch
         for i in range(0, len(cands), per):
             self._start_build(cands[i:i + per])
         return batch
 
     def _count_builders(self) -> int:
-        """How many workers may build now (those on ``build_on``'s hosts, or all); at least 1."""
-        addrs = self.client.scheduler_info(n_workers=-1)["workers"]
-        return max(1, sum(1 for a in addrs if self.build_on is None or urlsplit(a).hostname in self.build_on))
+        """How many builds may run at once now: the threads of the workers that may build (those on
+        ``build_on``'s hosts, or all); at least 1."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        return max(1, sum(w.get("nthreads", 1) for a, w in info.items()
+                          if self.build_on is None or urlsplit(a).hostname in self.build_on))
 
     @property
     def in_flight(self) -> int:
