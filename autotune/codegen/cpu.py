@@ -54,10 +54,13 @@ class CpuRenderer(CStyleRenderer):
 
     def prelude(self) -> str:
         v, n = self.vtype, self.lanes
-        # the AVX-512 forms of rounding and scaling: 16 lanes with AVX-512F, 8 with AVX-512VL too
-        isa_guard, ip, mt = {16: ("defined(__AVX512F__)", "_mm512", "__m512"),
-                             8: ("defined(__AVX512F__) && defined(__AVX512VL__)", "_mm256", "__m256")
-                             }.get(n, ("0", "", ""))
+        # the AVX-512 forms of rounding and scaling: 16 lanes with AVX-512F (builtins that take a
+        # rounding argument: 4, the current direction), 8 with AVX-512VL too
+        isa_guard, rnd, scalef, mask, cur = {
+            16: ("defined(__AVX512F__)", "rndscaleps", "scalefps512", "unsigned short", ", 4"),
+            8: ("defined(__AVX512F__) && defined(__AVX512VL__)", "rndscaleps_256", "scalefps256",
+                "unsigned char", ""),
+        }.get(n, ("0", "", "", "", ""))
         return f"""#include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +81,13 @@ static inline float at_hmax({v} v) {{
 static inline float at_hmin({v} v) {{
   float s = v[0]; for (int i = 1; i < {n}; ++i) s = fminf(s, v[i]); return s; }}
 /* round to the nearest integer, and y 2^t for integral t: one instruction each where the ISA has
-   them (AVX-512's vrndscaleps and vscalefps), else through integer conversion and exponent bits */
-#if {isa_guard}
-#include <immintrin.h>
-static inline {v} at_vround({v} x) {{
-  return ({v}){ip}_roundscale_ps(({mt})x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }}
-static inline {v} at_vscale2({v} y, {v} t) {{ return ({v}){ip}_scalef_ps(({mt})y, ({mt})t); }}
+   them (AVX-512's vrndscaleps and vscalefps, through gcc's builtins: immintrin.h would add a
+   fifth of a second to every build), else through integer conversion and exponent bits */
+#if {isa_guard} && defined(__GNUC__) && !defined(__clang__)
+static inline {v} at_vround({v} x) {{  /* imm 8: to nearest, no exceptions */
+  return __builtin_ia32_{rnd}_mask(x, 8, x, ({mask})-1{cur}); }}
+static inline {v} at_vscale2({v} y, {v} t) {{
+  return __builtin_ia32_{scalef}_mask(y, t, y, ({mask})-1{cur}); }}
 #else
 static inline {v} at_vround({v} x) {{
   x = x + 0.5f;
