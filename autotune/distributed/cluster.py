@@ -136,6 +136,14 @@ def build_hosts(client: Any, target: Any) -> list[str] | None:
     return workers
 
 
+def build_threads(client: Any, hosts: list[str] | None) -> int:
+    """How many builds the cluster can make at once now: the threads of the workers on ``hosts``
+    (``build_hosts``'s answer; None: every worker); at least 1."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(w.get("nthreads", 1) for addr, w in info.items()
+                      if hosts is None or (urlsplit(addr).hostname or addr) in hosts))
+
+
 def _host_fingerprint(kind: str) -> dict:
     from ..backends import backend_for
 

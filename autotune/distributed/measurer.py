@@ -10,7 +10,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
-from urllib.parse import urlsplit
 
 from ..measure import ErrorKind, RunOptions
 from ..schedule import Step
@@ -20,6 +19,7 @@ from ..te import Workload
 from .cluster import (
     ClusterError,
     build_hosts,
+    build_threads,
     measure_resource,
     measuring_workers,
     offered_targets,
@@ -77,7 +77,7 @@ class DaskMeasurer:
         self.slots = slots or RunSlots()
         # hosts whose workers may build (None: any; "find": asked of the cluster)
         self.build_on = build_hosts(client, target) if build_on == "find" else build_on
-        self.builders = self._count_builders()
+        self.builders = build_threads(self.client, self.build_on)
         # one more batch in flight per further runner, so that every runner's queue stays non-empty
         self.depth = depth or DEFAULT_DEPTH + self.runners - 1
         task = prepare_task(workload, target, run_options, seed, label=f"dask-{id(self)}")
@@ -104,13 +104,6 @@ class DaskMeasurer:
             self._start_build(cands[i:i + per])
         return batch
 
-    def _count_builders(self) -> int:
-        """How many builds may run at once now: the threads of the workers that may build (those on
-        ``build_on``'s hosts, or all); at least 1."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
-        return max(1, sum(w.get("nthreads", 1) for a, w in info.items()
-                          if self.build_on is None or urlsplit(a).hostname in self.build_on))
-
     @property
     def in_flight(self) -> int:
         return sum(map(len, self._building.values())) + len(self._built) + len(self._running)
@@ -118,20 +111,8 @@ class DaskMeasurer:
     def completed(self) -> Iterator[tuple[Any, Trial]]:
         """(batch, trial) of every candidate that finished since the last call; waits until at least
         one has when any are pending."""
-        from distributed import wait
-
-        while self.in_flight:
-            self._start_runs()
-            try:
-                done, _ = wait(self.pending(), timeout=POLL_S, return_when="FIRST_COMPLETED")
-            except TimeoutError:  # (wait raises where it times out)
-                done = set()
-            finished = self._collect(done)
-            if finished:
-                yield from finished
-                return
-            if not done:
-                self.check_workers()
+        for _, batch, trial in wait_any([self]):
+            yield batch, trial
 
     def pending(self) -> list[Any]:
         """The futures this measurer waits on (builds and runs in flight)."""
@@ -248,7 +229,7 @@ class DaskMeasurer:
         workers = measuring_workers(self.client, self.resource)
         if workers:
             self.runners = len(workers)  # (workers may join or leave)
-            self.builders = self._count_builders()
+            self.builders = build_threads(self.client, self.build_on)
             self._starved_since = None
             return
         now = time.monotonic()
@@ -270,16 +251,18 @@ def wait_any(measurers: list[DaskMeasurer]) -> list[tuple[DaskMeasurer, Any, Tri
         for m in measurers:
             m._start_runs()
         pending = [f for m in measurers for f in m.pending()]
+        done: Any = ()
         if pending:
             try:
-                wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
-            except TimeoutError:
+                done, _ = wait(pending, timeout=POLL_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:  # (wait raises where it times out)
                 pass
         found = [(m, batch, trial) for m in measurers for batch, trial in m.poll()]
         if found or not any(m.in_flight for m in measurers):
             return found
-        for m in measurers:
-            m.check_workers()
+        if not done:  # nothing at all finished for a while (a finished build is progress)
+            for m in measurers:
+                m.check_workers()
 
 
 def _cluster_failure(stage: str, err: Exception) -> ClusterError:
