@@ -338,6 +338,11 @@ void v{f}(const float* x, float* y, int n) {{
     assert np.max(np.abs(run("sigmoid", x) - sig) / sig) < 1e-6
     th = np.tanh(x64)
     assert np.max(np.abs(run("tanh", x) - th) / np.maximum(np.abs(th), 1e-30)) < 1e-6  # relative, near 0 too
+    # far outside exp's float range (AVX-512 scales to inf or 0 there, the portable forms clamp)
+    far = np.repeat(np.array([-1e4, -200.0, -100.0, 100.0, 200.0, 1e4], np.float32), lanes)
+    assert np.max(np.abs(run("sigmoid", far) - (far > 0))) < 1e-37
+    assert np.array_equal(run("tanh", far), np.sign(far))
+    assert np.all(run("exp", far[far < 0]) < 1.2e-38) and np.all(run("exp", far[far > 0]) > 3.4e38)
 
 
 def test_vectorized_row_reductions_are_correct(check_kernel, host_target) -> None:  # noqa: ANN001

@@ -88,6 +88,7 @@ static inline {v} at_vround({v} x) {{  /* imm 8: to nearest, no exceptions */
   return __builtin_ia32_{rnd}_mask(x, 8, x, ({mask})-1{cur}); }}
 static inline {v} at_vscale2({v} y, {v} t) {{
   return __builtin_ia32_{scalef}_mask(y, t, y, ({mask})-1{cur}); }}
+static inline {v} at_vexp_domain({v} x) {{ return x; }}  /* vscalefps overflows to inf, underflows to 0 */
 #else
 static inline {v} at_vround({v} x) {{
   x = x + 0.5f;
@@ -97,12 +98,14 @@ static inline {v} at_vscale2({v} y, {v} t) {{
   at_i32x{n} k = __builtin_convertvector(t, at_i32x{n}), h = k >> 1;  /* 2^k = 2^h 2^(k-h): */
   at_i32x{n} e1 = (h + 127) << 23, e2 = (k - h + 127) << 23;          /* both stay normal */
   return y * ({v})e1 * ({v})e2; }}
+static inline {v} at_vexp_domain({v} x) {{  /* where the exponent bits stay in range */
+  return at_vmin(at_vmax(x, at_bcast(-87.33654f)), at_bcast(88.72283f)); }}
 #endif
 /* exp on every lane: x = k ln2 + r (Cody-Waite split of ln2, |r| <= ln2 / 2), e^r by a degree-6
-   polynomial (Cephes' expf coefficients, about 1 ulp), times 2^k; inputs clamped to
-   [-87.34, 88.72] */
+   polynomial (Cephes' expf coefficients, about 1 ulp), times 2^k; the portable scaling clamps its
+   inputs to [-87.34, 88.72] */
 static inline {v} at_vexp({v} x) {{
-  x = at_vmin(at_vmax(x, at_bcast(-87.33654f)), at_bcast(88.72283f));
+  x = at_vexp_domain(x);
   {v} t = at_vround(x * 1.44269504088896341f);
   x = x - t * 0.693359375f - t * -2.12194440e-4f;
   {v} y = x * 1.9875691500e-4f + 1.3981999507e-3f;
