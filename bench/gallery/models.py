@@ -8,6 +8,7 @@ are, so that the evaluation side can make random inputs of the right kind withou
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import types
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ def _text(kind: str, tiny: bool) -> Callable[[], Any]:
 
     def build() -> Any:
         import torch
+
+        if importlib.util.find_spec("torchvision") is not None:
+            import_torchvision()  # transformers imports it too, and would fail on its registrations
         import transformers as tf
 
         t = TINY
