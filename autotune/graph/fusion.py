@@ -11,10 +11,7 @@ merged group stays convex), and the merged group has at most one anchor or reduc
   inline in B's output stage, e.g. one branch of a residual add);
 - prologue: A is Transpose nodes only, feeding anything (the transposed read is inlined into the
   consumer's index expressions, e.g. attention's head transposes into the batched matmul);
-- chain: A elementwise / injective only feeding an injective node of B (one copy kernel);
-- scaled input: A is a few cheap arithmetic nodes (a squeeze-and-excite gate's Mul) whose output is
-  the data input of B's anchor: it is recomputed inline at each read of the anchor, which costs
-  one multiply per loaded element against the pass over the whole tensor it saves.
+- chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
 
 Aliases (Reshape, Flatten, ...) are views: they never form kernels and end fusion across them.
 """
@@ -76,24 +73,6 @@ def is_kernel_node(n: Node) -> bool:
     return kind != ALIAS
 
 
-# elementwise ops cheap enough to recompute at every read of an anchor's data input
-CHEAP_ARITHMETIC = frozenset({"Mul", "Add", "Sub"})
-PROLOGUE_NODES = 2
-
-
-def _scales_anchor_input(a: Group, g: Graph, users: list[Node], v: str) -> bool:
-    """``a`` only scales / shifts one tensor of ``v``'s size by broadcast operands (per channel),
-    and ``v`` is read by anchors as their data input only."""
-    size = g.types[v].size
-    full = [i for i in a.external_inputs() if g.types[i].size == size]
-    return (
-        len(a.nodes) <= PROLOGUE_NODES
-        and all(n.op in CHEAP_ARITHMETIC for n in a.nodes)
-        and len(full) == 1
-        and all(op_def(u.op).kind == ANCHOR and u.inputs[0] == v and v not in u.inputs[1:] for u in users)
-    )
-
-
 def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]]) -> bool:
     v = a.output
     users = consumers.get(v, [])
@@ -108,7 +87,7 @@ def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]]) -
         return b_kinds == {ELEMWISE} and g.types[b.output].shape == g.types[v].shape
     if user_kinds == {ELEMWISE}:
         return True
-    if all(n.op == "Transpose" for n in a.nodes) or _scales_anchor_input(a, g, users, v):
+    if all(n.op == "Transpose" for n in a.nodes):
         return True
     return user_kinds == {INJECTIVE} and not b.complex
 
