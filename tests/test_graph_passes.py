@@ -177,3 +177,42 @@ def test_optimize_pipeline_on_bert_keeps_outputs() -> None:
     counts = opt.op_counts()
     assert counts["Gelu"] == 1 and "Erf" not in counts and counts["MatMul"] == 8
     same_outputs(g, opt, rtol=1e-4)
+
+
+def squeeze_excite(c: int = 8, out: int = 4, side: int = 12, group: int = 1, other: str = "s") -> Graph:
+    """conv -> global pool -> 1x1 conv -> sigmoid gate s -> conv(x * s)."""
+    return graph(
+        [
+            Node("Conv", ["x", "w1"], ["y"], {"kernel_shape": [1, 1]}, "expand"),
+            Node("GlobalAveragePool", ["y"], ["p"], name="pool"),
+            Node("Conv", ["p", "w2"], ["q"], {"kernel_shape": [1, 1]}, "fc"),
+            Node("Sigmoid", ["q"], ["s"], name="gate"),
+            Node("Mul", ["y", other], ["m"], name="scale"),
+            Node("Conv", ["m", "w3"], ["z"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": group},
+                 "project"),
+        ],
+        {"x": (1, 3, side, side)},
+        ["z"],
+        {"w1": f32(c, 3, 1, 1), "w2": f32(c, c, 1, 1), "w3": f32(out, c // group, 3, 3),
+         "full": f32(1, c, side, side)},
+    )
+
+
+def test_a_channel_gate_scales_the_weights_where_they_are_smaller_than_the_input() -> None:
+    g = squeeze_excite()
+    gated = passes.gates_into_weights(g)
+    project = gated.nodes[-1]
+    assert ops(gated) == ["Conv", "GlobalAveragePool", "Conv", "Sigmoid", "Reshape", "Mul", "Conv"]
+    assert project.inputs[0] == "y" and gated.nodes[-2].inputs[0] == "w3"
+    same_outputs(g, gated)
+    # through the whole pipeline, in NHWC (HWIO weights)
+    opt = passes.optimize(g)
+    (scale,) = [n for n in opt.nodes if n.op == "Mul"]
+    assert opt.types[scale.outputs[0]].shape == (3, 3, 8, 4)
+    same_outputs(g, opt, rtol=1e-4)
+    # left alone: weights as large as the input, a grouped conv, two full tensors, a second reader
+    for kept in (squeeze_excite(c=8, out=64, side=4), squeeze_excite(group=2), squeeze_excite(other="full")):
+        assert ops(passes.gates_into_weights(kept)) == ops(kept)
+    g.nodes.append(Node("Relu", ["m"], ["r"], name="reader"))
+    g.outputs.append("r")
+    assert ops(passes.gates_into_weights(passes.infer_types(g))) == ops(g)
