@@ -21,7 +21,6 @@
 - ``scalar_results_as_views`` a kernel's 0-d result is computed as shape (1, ...) and viewed as 0-d
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
-- ``gates_into_weights`` a per-channel gate on a convolution's input scales its weights instead
 - ``optimize``           all of the above in order (the compiler's pipeline)
 """
 
@@ -33,7 +32,6 @@ from ..ir import Graph, GraphError
 from ..ops import FOLD, REWRITE, op_def
 from ..winograd import Plan, use_winograd  # also registers the Winograd operators
 from .canonical import canonicalize_gemm, fuse_gelu, simplify_transposes
-from .channel_gates import gates_into_weights
 from .infer import eliminate_dead_code, fold_constants, infer_types
 from .kernel_forms import (
     absorb_const_operands,
@@ -62,7 +60,6 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse_gelu",
-    "gates_into_weights",
     "infer_types",
     "lower_batch_norm",
     "lower_einsum",
@@ -109,7 +106,6 @@ def optimize(
     g = fold_constants(g)
     if winograd:
         g = use_winograd(g, winograd)
-    g = gates_into_weights(g)  # (after Winograd, which transforms constant weights only)
     g = scalar_results_as_views(g)
     g = absorb_const_operands(g)
     from ..precision import apply_precision  # it runs these passes' inference again
