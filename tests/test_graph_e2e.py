@@ -15,6 +15,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from autotune.graph import compile_model, zoo  # noqa: E402
+from autotune.measure.cuda_device import has_cuda_device  # noqa: E402
 
 MLP = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8"
 RESNET = "zoo:resnet18?image=32,width=8"
@@ -387,3 +388,60 @@ def test_records_whose_steps_name_axes_by_position_still_replay(tmp_path) -> Non
     with TuningDatabase(db_path, readonly=True) as db:
         choice = choose_schedule(task, target, db)
     assert choice.tuned and json.loads(json.dumps([s.to_dict() for s in choice.steps])) == steps
+
+
+def squeeze_excite_model(batch: int, rng: np.random.Generator) -> onnx.ModelProto:
+    """conv -> SiLU -> global pool -> two 1x1 convs -> sigmoid gate -> conv(x * gate)."""
+
+    def const(name: str, *shape: int) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.standard_normal(shape).ravel().tolist())
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["y"], kernel_shape=[1, 1]),
+        helper.make_node("Sigmoid", ["y"], ["ys"]),
+        helper.make_node("Mul", ["y", "ys"], ["a"]),
+        helper.make_node("GlobalAveragePool", ["a"], ["p"]),
+        helper.make_node("Conv", ["p", "w2"], ["q"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["q"], ["r"]),
+        helper.make_node("Conv", ["r", "w3"], ["t"], kernel_shape=[1, 1]),
+        helper.make_node("Sigmoid", ["t"], ["s"]),
+        helper.make_node("Mul", ["s", "a"], ["m"]),
+        helper.make_node("Conv", ["m", "w4", "b4"], ["z"], kernel_shape=[1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8, 16, 16])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [batch, 6, 16, 16])],
+        initializer=[const("w1", 24, 8, 1, 1), const("w2", 4, 24, 1, 1), const("w3", 24, 4, 1, 1),
+                     const("w4", 6, 24, 1, 1), const("b4", 6)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_squeeze_excite_block_matches_onnxruntime(batch: int, cache: str) -> None:
+    """Both layouts against onnxruntime."""
+    rng = np.random.default_rng()
+    model = squeeze_excite_model(batch, rng)
+    x = rng.standard_normal((batch, 8, 16, 16)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"x": x})
+    for layout in ("NHWC", "NCHW"):
+        (z,) = compile_model(model, layout=layout, cache_dir=cache, verbose=False).run({"x": x})
+        np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")
+def test_a_squeeze_excite_block_runs_right_on_the_gpu(cache: str) -> None:
+    from autotune.measure.cuda_device import query_device
+    from autotune.target import cuda_target
+
+    rng = np.random.default_rng()
+    model = squeeze_excite_model(1, rng)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"x": x})
+    (z,) = compile_model(model, cuda_target(query_device()), cache_dir=cache, verbose=False).run({"x": x})
+    np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
