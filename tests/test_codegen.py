@@ -298,6 +298,43 @@ def test_lane_invariant_select_vectorizes(check_kernel, host_target) -> None:  #
     assert "#pragma omp simd" not in prog.source
 
 
+def test_lane_wise_select_vectorizes_with_masks(check_kernel, host_target) -> None:  # noqa: ANN001
+    """Where(IsNaN(softmax), 0, softmax) (Hugging Face exports) and a condition of comparisons
+    joined by Or / Not: the condition varies across the lanes, so it becomes a mask
+    (``at_vblend``), not a scalar ``omp simd`` loop; checked against numpy."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from autotune.graph.compiler import prepare
+
+    lanes = host_target.vector_lanes
+    shape = [2, 3, 2 * lanes]
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+        helper.make_node("IsNaN", ["s"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "s"], ["y"]),
+        helper.make_node("Less", ["x", "zero"], ["neg"]),
+        helper.make_node("Not", ["neg"], ["pos"]),
+        helper.make_node("IsNaN", ["x"], ["nan2"]),
+        helper.make_node("Or", ["pos", "nan2"], ["keep"]),
+        helper.make_node("Where", ["keep", "x", "y"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "masks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, shape)],
+        initializer=[helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    tasks = prepare(model).tasks
+    assert len(tasks) == 1
+    wl = tasks[0].workload
+    space = make_space(wl, host_target)
+    for vector_reduce in (1, 2):
+        prog = check_kernel(wl, space.steps({"vector_reduce": vector_reduce}))
+        body = prog.source[prog.source.index(f"void {prog.kernel_name}(") :]
+        assert "at_vblend(" in body and "#pragma omp simd" not in body, body
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("lanes", [4, 8, 16])
 @pytest.mark.parametrize("isa", [["-march=native"], ["-march=x86-64-v3"]])  # (v3: AVX2, no AVX-512)

@@ -14,6 +14,7 @@ from ..ir.nodes import (
     Stmt,
     VBinary,
     VCall,
+    VCompare,
     VLoad,
     VReduce,
     VSelect,
@@ -23,6 +24,7 @@ from ..te.expr import Expr
 from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
 
 _VOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_MASK_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 # a parallel loop whose nest stores fewer elements than this (accumulator updates included) runs on
 # the calling thread: starting and joining the OpenMP team costs about a microsecond while its
 # threads spin, tens of microseconds once they sleep (OMP_WAIT_POLICY=PASSIVE, or another process
@@ -69,6 +71,8 @@ typedef int at_i32x{n} __attribute__((vector_size({4 * n})));
 static inline {v} at_vload(const float* p) {{ {v} r; memcpy(&r, p, sizeof r); return r; }}
 static inline void at_vstore(float* p, {v} v) {{ memcpy(p, &v, sizeof v); }}
 static inline {v} at_bcast(float x) {{ return ({v}){{{", ".join(["x"] * n)}}}; }}
+static inline {v} at_vblend(at_i32x{n} m, {v} t, {v} f) {{  /* m: a mask (lanes all ones or 0) */
+  return ({v})((m & (at_i32x{n})t) | (~m & (at_i32x{n})f)); }}
 static inline {v} at_vmax({v} a, {v} b) {{
   at_i32x{n} m = a > b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
 static inline {v} at_vmin({v} a, {v} b) {{
@@ -159,8 +163,14 @@ static inline {v} at_vtanh({v} x) {{
             if e.op in _VOPS:
                 return f"({a} {_VOPS[e.op]} {b})"
             return f"at_v{e.op}({a}, {b})"
+        if isinstance(e, VSelect) and isinstance(e.cond, VCompare):
+            return f"at_vblend({self.expr(e.cond)}, {self.expr(e.t)}, {self.expr(e.f)})"
         if isinstance(e, VSelect):
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, VCompare):  # a mask: every bit of a lane set where the condition holds
+            if e.op == "not":
+                return f"(~{self.expr(e.a)})"
+            return f"({self.expr(e.a)} {_MASK_OPS[e.op]} {self.expr(e.b)})"
         if isinstance(e, VCall):
             return f"at_v{e.name}({self.expr(e.arg)})"
         if isinstance(e, VReduce):

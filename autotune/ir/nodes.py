@@ -97,8 +97,22 @@ class VCall(Expr):
         return f"v{self.name}({self.arg!r})"
 
 
+class VCompare(Expr):
+    """A lane-wise condition (a mask): a comparison of two float vectors (lt le eq ne), or masks
+    combined (and, or; not with ``b`` None)."""
+
+    __slots__ = ("op", "a", "b", "lanes", "dtype")
+
+    def __init__(self, op: str, a: Expr, b: Expr | None, lanes: int) -> None:
+        self.op, self.a, self.b, self.lanes, self.dtype = op, a, b, lanes, "bool"
+
+    def __repr__(self) -> str:
+        return f"vcmp_{self.op}({self.a!r}, {self.b!r})"
+
+
 class VSelect(Expr):
-    """Lane-wise choice between two vectors under one scalar (lane-invariant) condition."""
+    """Lane-wise choice between two vectors under one scalar (lane-invariant) condition, or under
+    a mask (a ``VCompare``)."""
 
     __slots__ = ("cond", "t", "f", "lanes", "dtype")
 

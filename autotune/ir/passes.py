@@ -9,9 +9,11 @@ from ..te.expr import (
     FLOAT_DTYPES,
     Binary,
     Call,
+    Compare,
     Expr,
     FloatImm,
     IntImm,
+    Not,
     Select,
     Var,
     substitute,
@@ -37,6 +39,7 @@ from .nodes import (
     Store,
     VBinary,
     VCall,
+    VCompare,
     VLoad,
     VReduce,
     VSelect,
@@ -175,8 +178,9 @@ def free_vars_deep(e: Expr) -> set[Var]:
 VECTOR_CALLS = ("exp", "sigmoid", "tanh")  # math functions the renderers have lane-wise versions of
 
 
-def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
-    """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant)."""
+def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int, masks: bool = False) -> Expr:
+    """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant);
+    ``masks``: lane-wise conditions allowed."""
     if var not in free_vars_deep(e):
         return substitute(e, {}) if False else e
     if isinstance(e, Load):
@@ -194,22 +198,41 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int) -> Expr:
         and e.dtype in FLOAT_DTYPES
         and e.op in ("add", "sub", "mul", "div", "max", "min")
     ):
-        a = _vec_expr(e.a, var, base, lanes)
-        b = _vec_expr(e.b, var, base, lanes)
+        a = _vec_expr(e.a, var, base, lanes, masks)
+        b = _vec_expr(e.b, var, base, lanes, masks)
         a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
         b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
         return VBinary(e.op, a, b, lanes)
     if isinstance(e, Call) and e.name in VECTOR_CALLS and e.dtype == "float32" and len(e.args) == 1:
-        a = _vec_expr(e.args[0], var, base, lanes)
+        a = _vec_expr(e.args[0], var, base, lanes, masks)
         return VCall(e.name, a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes), lanes)
-    if isinstance(e, Select) and e.dtype in FLOAT_DTYPES and var not in free_vars_deep(e.cond):
-        # one condition for every lane (e.g. a padding test on the spatial position of a pool)
-        t = _vec_expr(e.t, var, base, lanes)
-        f = _vec_expr(e.f, var, base, lanes)
+    if isinstance(e, Select) and e.dtype in FLOAT_DTYPES:
+        # one condition for every lane (e.g. a padding test on the spatial position of a pool), or
+        # a mask where the renderer has them (e.g. Where(IsNaN(x), 0, x) after a softmax)
+        cond = e.cond if var not in free_vars_deep(e.cond) else _vec_mask(e.cond, var, base, lanes, masks)
+        t = _vec_expr(e.t, var, base, lanes, masks)
+        f = _vec_expr(e.f, var, base, lanes, masks)
         t = t if getattr(t, "lanes", 1) > 1 else Broadcast(t, lanes)
         f = f if getattr(f, "lanes", 1) > 1 else Broadcast(f, lanes)
-        return VSelect(e.cond, t, f, lanes)
+        return VSelect(cond, t, f, lanes)
     raise _NotVectorizable(type(e).__name__)
+
+
+def _vec_mask(e: Expr, var: Var, base: Expr, lanes: int, masks: bool) -> VCompare:
+    """A lane-wise condition: comparisons of float32 values, and, or, not."""
+    if not masks:
+        raise _NotVectorizable("lane-wise condition")
+    if isinstance(e, Not):
+        return VCompare("not", _vec_mask(e.a, var, base, lanes, masks), None, lanes)
+    if isinstance(e, Compare) and e.op in ("and", "or"):
+        a, b = (_vec_mask(x, var, base, lanes, masks) for x in (e.a, e.b))
+        return VCompare(e.op, a, b, lanes)
+    if isinstance(e, Compare) and e.a.dtype == e.b.dtype == "float32":
+        a, b = (_vec_expr(x, var, base, lanes, masks) for x in (e.a, e.b))
+        a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
+        b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
+        return VCompare(e.op, a, b, lanes)
+    raise _NotVectorizable(f"condition {type(e).__name__}")
 
 
 def _float32_only(st: Store) -> bool:
@@ -219,15 +242,16 @@ def _float32_only(st: Store) -> bool:
     )
 
 
-def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
+def vectorize_loops(s: Stmt, lanes: int, masks: bool = False) -> Stmt:
     """Turn ``vectorize`` loops into vector stores when the body allows; else keep a loop marked
-    ``simd`` for the compiler's own vectorizer."""
+    ``simd`` for the compiler's own vectorizer. ``masks``: the renderer has lane-wise conditions
+    (``VCompare``), so a select whose condition varies across the lanes vectorizes too."""
     if isinstance(s, Seq):
-        return Seq([vectorize_loops(c, lanes) for c in s.stmts])
+        return Seq([vectorize_loops(c, lanes, masks) for c in s.stmts])
     if isinstance(s, IfThen):
-        return IfThen(s.cond, vectorize_loops(s.body, lanes))
+        return IfThen(s.cond, vectorize_loops(s.body, lanes, masks))
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, vectorize_loops(s.body, lanes))
+        return Allocate(s.buffer, vectorize_loops(s.body, lanes, masks))
     if not isinstance(s, For):
         return s
     if s.kind != "vectorize":
@@ -236,7 +260,7 @@ def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
             done = _vector_reduction(inner, lanes, outer=s)
             if done is not None:
                 return done
-        return For(s.var, s.extent, vectorize_loops(s.body, lanes), s.kind)
+        return For(s.var, s.extent, vectorize_loops(s.body, lanes, masks), s.kind)
     stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
     if any(isinstance(x, Store) and _coeff(x.index, s.var)[0] == 0 for x in stores):
         # a vectorized reduction loop: lanes that accumulate separately, or else in order
@@ -252,7 +276,7 @@ def vectorize_loops(s: Stmt, lanes: int) -> Stmt:
                 coeff, rest = _coeff(st.index, s.var)
                 if coeff != 1:
                     raise _NotVectorizable("store stride")
-                value = _vec_expr(st.value, s.var, base, lanes)
+                value = _vec_expr(st.value, s.var, base, lanes, masks)
                 if getattr(value, "lanes", 1) == 1:
                     value = Broadcast(value, lanes)
                 chunks.append(VStore(st.buffer, simplify(rest + base), value, lanes))
@@ -384,7 +408,7 @@ def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64, max_registers: int =
     check_parallel(f.body)
     body = unroll_loops(f.body, max_unroll)
     body = simplify_stmt(body) or Seq([])
-    body = vectorize_loops(body, lanes)
+    body = vectorize_loops(body, lanes, masks=True)
     body = simplify_stmt(body) or Seq([])
     body = promote_accumulators(body, max_registers)
     return PrimFunc(f.name, f.args, body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from ..te.expr import Expr, children, rebuild
-from .nodes import Broadcast, Gather, Load, VBinary, VCall, VLoad, VReduce, VSelect
+from .nodes import Broadcast, Gather, Load, VBinary, VCall, VCompare, VLoad, VReduce, VSelect
 
 
 def ir_children(e: Expr) -> tuple[Expr, ...]:
@@ -22,6 +22,8 @@ def ir_children(e: Expr) -> tuple[Expr, ...]:
         return (e.arg,)
     if isinstance(e, VSelect):
         return (e.cond, e.t, e.f)
+    if isinstance(e, VCompare):
+        return (e.a,) if e.b is None else (e.a, e.b)
     if isinstance(e, Gather):
         return tuple(e.elems)
     return tuple(children(e))
@@ -58,6 +60,8 @@ def map_deep(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         return VReduce(e.op, new[0])
     if isinstance(e, VSelect):
         return VSelect(new[0], new[1], new[2], e.lanes)
+    if isinstance(e, VCompare):
+        return VCompare(e.op, new[0], new[1] if e.b is not None else None, e.lanes)
     if isinstance(e, Gather):
         return Gather(new)
     return e if all(n is k for n, k in zip(new, kids)) else rebuild(e, new)

@@ -6,7 +6,7 @@ this host that compute those operations, however well they are scheduled (an alg
 operations, such as a Winograd convolution, moves the floor: the model is prepared as
 ``compile.py`` prepares it by default, with direct convolutions).
 
-    python bench/cpu_models/fma_peak/run.py --model zoo:bert_layer [--baseline-ms 10.9]
+    python bench/cpu_models/fma_peak/run.py --model zoo:bert_layer [--baseline-ms 10.9 | --time-onnxruntime]
 
 writes peak.json next to this file. The peak comes from a C loop of independent fused
 multiply-adds on the widest float vectors gcc targets here (-march=native), one OpenMP thread
@@ -77,10 +77,26 @@ def model_gflop(model: str) -> float:
     return sum(t.workload.flops * t.weight for t in prepare(model).tasks) / 1e9
 
 
+def onnxruntime_ms(model: str) -> float:
+    """onnxruntime's median milliseconds per call of the model, on random inputs, every core."""
+    import statistics
+
+    from autotune.cli.bench import time_callable
+    from autotune.cli.model import load, onnxruntime_session
+    from autotune.graph.feeds import random_inputs
+
+    loaded = load(model, [])
+    session = onnxruntime_session(loaded)
+    feeds = random_inputs(loaded.graph)
+    return 1e3 * statistics.median(time_callable(lambda f: session.run(None, f), [feeds], 7, 200.0))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="zoo:bert_layer")
     p.add_argument("--baseline-ms", type=float, help="a baseline's time for the model (e.g. onnxruntime's)")
+    p.add_argument("--time-onnxruntime", action="store_true",
+                   help="time onnxruntime on the model here (median of 7) and use that as the baseline")
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("peak.json"))
     args = p.parse_args()
     from autotune.target import cpu_target
@@ -91,6 +107,9 @@ def main() -> int:
     floor_ms = 1e3 * gflop / peak
     out = {"cpu": cpu_target().describe(), "lanes": lanes, "threads": threads, "fma_peak_gflops": peak,
            "model": args.model, "model_gflop": round(gflop, 4), "floor_ms_at_peak": round(floor_ms, 3)}
+    if args.time_onnxruntime:
+        args.baseline_ms = onnxruntime_ms(args.model)
+        out["baseline"] = "onnxruntime, timed here"
     if args.baseline_ms:
         out["baseline_ms"] = args.baseline_ms
         out["max_speedup_over_baseline"] = round(args.baseline_ms / floor_ms, 3)
