@@ -302,7 +302,7 @@ def test_lane_wise_select_vectorizes_with_masks(check_kernel, host_target) -> No
     """Where(IsNaN(softmax), 0, softmax) (Hugging Face exports) and a condition of comparisons
     joined by Or / Not: the condition varies across the lanes, so it becomes a mask
     (``at_vblend``), not a scalar ``omp simd`` loop; checked against numpy."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     from autotune.graph.compiler import prepare
