@@ -177,3 +177,42 @@ def test_optimize_pipeline_on_bert_keeps_outputs() -> None:
     counts = opt.op_counts()
     assert counts["Gelu"] == 1 and "Erf" not in counts and counts["MatMul"] == 8
     same_outputs(g, opt, rtol=1e-4)
+
+
+def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa: ANN001
+    """A ShuffleNet unit: convolutions, Concat on channels, the channel shuffle (Reshape to
+    [N,g,C/g,H,W], Transpose (0,2,1,3,4), Reshape back) and Slices on channels run NHWC, with no
+    transposes between them; same outputs, in the interpreter and compiled."""
+    c, side = 8, 5
+    shape5 = np.asarray([1, 2, c, side, side], np.int64)
+    shape4 = np.asarray([1, 2 * c, side, side], np.int64)
+    g = graph(
+        [
+            Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
+            Node("Conv", ["x", "w2"], ["b"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "c2"),
+            Node("Concat", ["a", "b"], ["cat"], {"axis": 1}, "cat"),
+            Node("Reshape", ["cat", "shape5"], ["r5"], name="split"),
+            Node("Transpose", ["r5"], ["t5"], {"perm": [0, 2, 1, 3, 4]}, "shuffle"),
+            Node("Reshape", ["t5", "shape4"], ["mixed"], name="merge"),
+            Node("Slice", ["mixed", "s0", "e0", "ax"], ["left"], name="left"),
+            Node("Slice", ["mixed", "s1", "e1", "ax"], ["right"], name="right"),
+            Node("Conv", ["right", "w3"], ["rc"], {"kernel_shape": [1, 1]}, "c3"),
+            Node("Concat", ["left", "rc"], ["out"], {"axis": -3}, "cat2"),
+        ],
+        {"x": (1, 3, side, side)},
+        ["out"],
+        {"w1": f32(c, 3, 1, 1), "w2": f32(c, 3, 3, 3), "w3": f32(c, c, 1, 1), "shape5": shape5,
+         "shape4": shape4, "s0": np.asarray([0]), "e0": np.asarray([c]), "s1": np.asarray([c]),
+         "e1": np.asarray([2 * c]), "ax": np.asarray([1])},
+    )
+    nhwc = passes.simplify_transposes(passes.convert_layout(g, "NHWC"))
+    transposes = [n for n in nhwc.nodes if n.op == "Transpose"]
+    assert [list(n.attrs["perm"]) for n in transposes] == [[0, 2, 3, 1], [0, 1, 2, 4, 3], [0, 3, 1, 2]]
+    assert [n.attrs["axis"] for n in nhwc.nodes if n.op == "Concat"] == [3, 3]
+    same_outputs(g, nhwc)
+    from autotune.graph import compile_model
+
+    x = f32(1, 3, side, side)
+    (ref,) = run_graph(g, {"x": x})
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))

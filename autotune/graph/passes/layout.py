@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir import Graph, GraphError, Node, TensorType
 from ..ops import (
     ELEMWISE,
@@ -21,10 +23,41 @@ def _permute(t: TensorType, perm: list[int]) -> TensorType:
     return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
 
 
+def _nhwc_axis(axis: int) -> int:
+    """The NHWC position of NCHW axis ``axis`` (negative counts from the end)."""
+    return TO_NHWC.index(axis % 4)
+
+
+def _shuffles(g: Graph) -> dict[int, tuple[Node, Node]]:
+    """Channel shuffles: Reshape [N,C,H,W] -> [N,g,C/g,H,W], Transpose (0,2,1,3,4), Reshape back to
+    [N,C,H,W], each value read by the next node only; id(first reshape) -> (transpose, last reshape)."""
+    consumers = g.consumers()
+
+    def only(v: str) -> Node | None:
+        users = consumers.get(v, [])
+        return users[0] if len(users) == 1 and v not in g.outputs else None
+
+    found = {}
+    for r1 in g.nodes:
+        if r1.op != "Reshape" or r1.inputs[0] not in g.types or r1.outputs[0] not in g.types:
+            continue
+        x, y = g.types[r1.inputs[0]].shape, g.types[r1.outputs[0]].shape
+        t = only(r1.outputs[0])
+        r2 = only(t.outputs[0]) if t is not None and t.op == "Transpose" else None
+        if (
+            len(x) == 4 and len(y) == 5 and y[0] == x[0] and y[1] * y[2] == x[1] and y[3:] == x[2:]
+            and list(t.attrs.get("perm", [])) == [0, 2, 1, 3, 4]
+            and r2 is not None and r2.op == "Reshape" and g.types[r2.outputs[0]].shape == x
+        ):
+            found[id(r1)] = (t, r2)
+    return found
+
+
 def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
     """Run convolutions and pools in NHWC (HWIO weights, transposed once at compile time); an
-    elementwise op whose 4-d operand is already NHWC stays NHWC; transposes are inserted where an
-    NHWC value meets an op that needs NCHW (and at graph outputs)."""
+    elementwise op whose 4-d operand is already NHWC stays NHWC, and so do concatenations and
+    constant slices of NHWC values and channel shuffles (ShuffleNet's Reshape, Transpose, Reshape);
+    transposes are inserted where an NHWC value meets an op that needs NCHW (and at graph outputs)."""
     if layout == "NCHW":
         return graph
     if layout != "NHWC":
@@ -67,10 +100,42 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
     def four_d(v: str) -> bool:
         return len(g.types[v].shape) == 4
 
+    def shape_const(base: str, shape: tuple[int, ...]) -> str:
+        return _add_const(g, base, np.asarray(shape, dtype=np.int64))
+
+    shuffles = _shuffles(g)
+    shuffled: set[int] = set()  # the transposes and reshapes of shuffles rewritten already
     for n in g.nodes:
+        if id(n) in shuffled:
+            continue
         n.inputs = [rename.get(i, i) for i in n.inputs]
         ins = [i for i in n.inputs if i]
-        if n.op in _LAYOUT_OPS and four_d(n.inputs[0]):
+        if id(n) in shuffles and n.inputs[0] in nhwc:
+            # in NHWC the shuffle moves channels within each pixel: [N,H,W,g,C/g] -> [N,H,W,C/g,g]
+            t, r2 = shuffles[id(n)]
+            shuffled.update((id(t), id(r2)))
+            nb, hh, ww, cc = g.types[n.inputs[0]].shape
+            groups = g.types[n.outputs[0]].shape[1]
+            split, moved = n.outputs[0], t.outputs[0]
+            n.inputs = [n.inputs[0], shape_const(n.name + "_nhwc_shape", (nb, hh, ww, groups, cc // groups))]
+            g.types[split] = TensorType((nb, hh, ww, groups, cc // groups), g.types[split].dtype)
+            t.attrs = dict(t.attrs, perm=[0, 1, 2, 4, 3])
+            g.types[moved] = TensorType((nb, hh, ww, cc // groups, groups), g.types[moved].dtype)
+            r2.inputs = [moved, shape_const(r2.name + "_nhwc_shape", (nb, hh, ww, cc))]
+            out += [n, t]
+            n = r2
+        elif n.op == "Concat" and all(four_d(i) for i in ins) and any(i in nhwc for i in ins):
+            n.inputs = [as_nhwc(i) for i in n.inputs]
+            n.attrs = dict(n.attrs, axis=_nhwc_axis(int(n.attrs.get("axis", 0))))
+        elif (
+            n.op == "Slice" and n.inputs[0] in nhwc and all(i in g.consts for i in n.inputs[1:] if i)
+        ):
+            starts = g.consts[n.inputs[1]]
+            axes = g.consts[n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else np.arange(len(starts))
+            new_axes = np.asarray([_nhwc_axis(int(a)) for a in axes], dtype=np.int64)
+            n.inputs = [n.inputs[0], n.inputs[1], n.inputs[2], _add_const(g, n.name + "_nhwc_axes", new_axes),
+                        *n.inputs[4:]]
+        elif n.op in _LAYOUT_OPS and four_d(n.inputs[0]):
             new_inputs = [as_nhwc(n.inputs[0])]
             if n.op == "Conv":
                 w = n.inputs[1]
