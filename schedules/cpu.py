@@ -160,6 +160,12 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
         steps += [SplitStep(stage.name, last, lanes, overlap=last_ext % lanes != 0),
                   vectorize(stage.name, f"{last}.1")]
         outer_names.append(f"{last}.0")
+    elif len(names) >= 3:
+        # a short innermost axis (e.g. a channel shuffle's pairs) unrolled under the axis before it,
+        # a plain loop gcc can vectorize; the axes outside them parallel (one fused loop of all
+        # would compute every element's position by divisions)
+        steps.append(unroll(stage.name, last))
+        outer_names = names[:-2]
     else:
         outer_names.append(last)
     if len(outer_names) > 1:
