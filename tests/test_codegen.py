@@ -298,6 +298,18 @@ def test_lane_invariant_select_vectorizes(check_kernel, host_target) -> None:  #
     assert "#pragma omp simd" not in prog.source
 
 
+def test_a_short_innermost_axis_is_unrolled_not_divided_for(check_kernel, host_target) -> None:  # noqa: ANN001
+    """A channel shuffle in NHWC ([P, 2, C] -> [P, C, 2]): the pair axis unrolled under a loop of
+    channels, the pixels parallel; no division or remainder per element; checked against numpy."""
+    x = te.placeholder((3, 4, 2, 7), name="x")
+    y = te.compute((3, 4, 7, 2), lambda a, b, c, d: x[a, b, d, c], name="shuffle")
+    wl = te.Workload("shuffle", [x], [y], lambda v: [np.ascontiguousarray(v.transpose(0, 1, 3, 2))])
+    space = make_space(wl, host_target)
+    prog = check_kernel(wl, space.steps(next(iter(space.default_configs()))))
+    body = prog.source[prog.source.index(f"void {prog.kernel_name}(") :]
+    assert "%" not in body and " / " not in body, body
+
+
 def test_lane_wise_select_vectorizes_with_masks(check_kernel, host_target) -> None:  # noqa: ANN001
     """Where(IsNaN(softmax), 0, softmax) (Hugging Face exports) and a condition of comparisons
     joined by Or / Not: the condition varies across the lanes, so it becomes a mask
