@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -431,6 +432,18 @@ def test_a_squeeze_excite_block_matches_onnxruntime(batch: int, cache: str) -> N
     for layout in ("NHWC", "NCHW"):
         (z,) = compile_model(model, layout=layout, cache_dir=cache, verbose=False).run({"x": x})
         np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or has_cuda_device(), reason="nvcc without a GPU")
+def test_a_squeeze_excite_block_builds_with_nvcc(cache: str) -> None:
+    """Without a GPU the CUDA module still compiles (every lane-wise function the vectorizer emits,
+    sigmoid included, has its float4 form) and only loading it fails."""
+    from autotune.graph.cuda_module import CudaModuleError
+    from autotune.target import offline_cuda_target
+
+    with pytest.raises(CudaModuleError, match="loading the module"):
+        compile_model(squeeze_excite_model(1, np.random.default_rng()), offline_cuda_target("sm_90"),
+                      cache_dir=cache, verbose=False)
 
 
 @pytest.mark.skipif(not has_cuda_device(), reason="no CUDA device")

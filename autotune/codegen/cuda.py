@@ -30,6 +30,9 @@ __device__ __forceinline__ float4 at_mul4(float4 a, float4 b) { return make_floa
 __device__ __forceinline__ float4 at_div4(float4 a, float4 b) { return make_float4(a.x / b.x, a.y / b.y, a.z / b.z, a.w / b.w); }
 __device__ __forceinline__ float4 at_max4(float4 a, float4 b) { return make_float4(fmaxf(a.x, b.x), fmaxf(a.y, b.y), fmaxf(a.z, b.z), fmaxf(a.w, b.w)); }
 __device__ __forceinline__ float4 at_exp4(float4 a) { return make_float4(expf(a.x), expf(a.y), expf(a.z), expf(a.w)); }
+__device__ __forceinline__ float at_sigmoid1(float a) { return 1.0f / (1.0f + expf(-a)); }
+__device__ __forceinline__ float4 at_sigmoid4(float4 a) { return make_float4(at_sigmoid1(a.x), at_sigmoid1(a.y), at_sigmoid1(a.z), at_sigmoid1(a.w)); }
+__device__ __forceinline__ float4 at_tanh4(float4 a) { return make_float4(tanhf(a.x), tanhf(a.y), tanhf(a.z), tanhf(a.w)); }
 __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_float4(fminf(a.x, b.x), fminf(a.y, b.y), fminf(a.z, b.z), fminf(a.w, b.w)); }
 """
 
