@@ -216,3 +216,11 @@ def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa
     (ref,) = run_graph(g, {"x": x})
     (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    # a split to 5-d read by two nodes is no shuffle: left as it was
+    two = graph(
+        [Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
+         Node("Reshape", ["a", "shape5"], ["r5"], name="split"),
+         Node("Relu", ["r5"], ["o1"], name="u1"), Node("Neg", ["r5"], ["o2"], name="u2")],
+        {"x": (1, 3, side, side)}, ["o1", "o2"], {"w1": f32(2 * c, 3, 1, 1), "shape5": shape5},
+    )
+    same_outputs(two, passes.convert_layout(two, "NHWC"))

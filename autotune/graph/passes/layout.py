@@ -45,9 +45,10 @@ def _shuffles(g: Graph) -> dict[int, tuple[Node, Node]]:
         t = only(r1.outputs[0])
         r2 = only(t.outputs[0]) if t is not None and t.op == "Transpose" else None
         if (
-            len(x) == 4 and len(y) == 5 and y[0] == x[0] and y[1] * y[2] == x[1] and y[3:] == x[2:]
+            t is not None and r2 is not None
+            and len(x) == 4 and len(y) == 5 and y[0] == x[0] and y[1] * y[2] == x[1] and y[3:] == x[2:]
             and list(t.attrs.get("perm", [])) == [0, 2, 1, 3, 4]
-            and r2 is not None and r2.op == "Reshape" and g.types[r2.outputs[0]].shape == x
+            and r2.op == "Reshape" and g.types[r2.outputs[0]].shape == x
         ):
             found[id(r1)] = (t, r2)
     return found
