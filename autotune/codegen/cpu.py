@@ -73,10 +73,8 @@ static inline void at_vstore(float* p, {v} v) {{ memcpy(p, &v, sizeof v); }}
 static inline {v} at_bcast(float x) {{ return ({v}){{{", ".join(["x"] * n)}}}; }}
 static inline {v} at_vblend(at_i32x{n} m, {v} t, {v} f) {{  /* m: a mask (lanes all ones or 0) */
   return ({v})((m & (at_i32x{n})t) | (~m & (at_i32x{n})f)); }}
-static inline {v} at_vmax({v} a, {v} b) {{
-  at_i32x{n} m = a > b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
-static inline {v} at_vmin({v} a, {v} b) {{
-  at_i32x{n} m = a < b; return ({v})((m & (at_i32x{n})a) | (~m & (at_i32x{n})b)); }}
+static inline {v} at_vmax({v} a, {v} b) {{ return at_vblend(a > b, a, b); }}
+static inline {v} at_vmin({v} a, {v} b) {{ return at_vblend(a < b, a, b); }}
 /* the lanes of a vector combined: the end of a reduction whose lanes accumulated separately */
 static inline float at_hadd({v} v) {{
   float s = v[0]; for (int i = 1; i < {n}; ++i) s += v[i]; return s; }}
