@@ -48,6 +48,7 @@ from autotune.schedule import (
 )
 from autotune.target import Target
 from autotune.te import Workload
+from autotune.te.expr import TensorRead
 
 from .defaults import cpu_defaults, row_vectorizable
 from .sketch import Sketch
@@ -121,6 +122,11 @@ def _coefficient_steps(stage: Stage, lanes: int, periods: dict[int, int]) -> lis
     return steps
 
 
+def _moves_input(stage: Stage) -> bool:
+    """The stage copies elements of a model input or weight to other places (a transpose)."""
+    return isinstance(stage.body, TensorRead) and stage.body.tensor.is_placeholder
+
+
 def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     """Parallel outer loops, vectorized innermost spatial loop (when it divides into vectors). A
     reduction keeps its reduction loops inside its spatial ones; with ``vector_reduce`` 1 the
@@ -160,10 +166,11 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
         steps += [SplitStep(stage.name, last, lanes, overlap=last_ext % lanes != 0),
                   vectorize(stage.name, f"{last}.1")]
         outer_names.append(f"{last}.0")
-    elif len(names) >= 3:
-        # a short innermost axis (e.g. a channel shuffle's pairs) unrolled under the axis before it,
-        # a plain loop gcc can vectorize; the axes outside them parallel (one fused loop of all
-        # would compute every element's position by divisions)
+    elif len(names) >= 3 and _moves_input(stage):
+        # a move with a short innermost axis (e.g. a channel shuffle's pairs): that axis unrolled
+        # under a plain loop of the axis before it, which gcc vectorizes; the axes outside them
+        # parallel (one fused loop of all would compute every element's position by divisions).
+        # Only plain moves: gcc 12 vectorized this form of PRelu's select with the wrong masks.
         steps.append(unroll(stage.name, last))
         outer_names = names[:-2]
     else:
