@@ -92,6 +92,16 @@ def import_torchvision(skip_registrations: bool = False) -> Any:
     return torchvision
 
 
+def import_transformers() -> Any:
+    """``transformers``, after torchvision where that is installed (transformers imports it, and
+    would fail on the registrations ``import_torchvision`` skips)."""
+    if importlib.util.find_spec("torchvision") is not None:
+        import_torchvision()
+    import transformers
+
+    return transformers
+
+
 def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
     def build() -> Any:
         tv = import_torchvision()
@@ -121,9 +131,7 @@ def _text(kind: str, tiny: bool) -> Callable[[], Any]:
     def build() -> Any:
         import torch
 
-        if importlib.util.find_spec("torchvision") is not None:
-            import_torchvision()  # transformers imports it too, and would fail on its registrations
-        import transformers as tf
+        tf = import_transformers()
 
         t = TINY
         if kind == "bert":

@@ -35,7 +35,10 @@ SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, interme
 
 def _hf(name: str) -> tuple[Any, tuple]:
     import torch
-    import transformers as T
+
+    from bench.gallery.models import import_transformers
+
+    T = import_transformers()
 
     classes = {
         "bert": "Bert", "gpt2": "GPT2", "distilbert": "DistilBert", "roberta": "Roberta", "vit": "ViT",
@@ -95,8 +98,9 @@ def check(spec: str) -> dict:
     torch.manual_seed(0)
     kind, name = spec.split(":")
     if kind == "tv":
-        import torchvision.models as tvm
+        from bench.gallery.models import import_torchvision
 
+        tvm = import_torchvision().models
         model, args = getattr(tvm, name)(weights=None).eval(), (torch.randn(1, 3, 224, 224),)
         with torch.no_grad():  # a classifier initialized to zeros would answer 0 for every input
             for p in model.parameters():
