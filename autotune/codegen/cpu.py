@@ -21,10 +21,10 @@ from ..ir.nodes import (
     VStore,
 )
 from ..te.expr import Expr
-from .c_base import C_TYPES, DTYPE_BYTES, CStyleRenderer
+from .c_base import _CMP_OPS, C_TYPES, DTYPE_BYTES, CStyleRenderer
 
 _VOPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_MASK_OPS = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
+_MASK_OPS = {**_CMP_OPS, "and": "&", "or": "|"}  # comparisons as in C; masks combine bitwise
 # a parallel loop whose nest stores fewer elements than this (accumulator updates included) runs on
 # the calling thread: starting and joining the OpenMP team costs about a microsecond while its
 # threads spin, tens of microseconds once they sleep (OMP_WAIT_POLICY=PASSIVE, or another process

@@ -178,6 +178,11 @@ def free_vars_deep(e: Expr) -> set[Var]:
 VECTOR_CALLS = ("exp", "sigmoid", "tanh")  # math functions the renderers have lane-wise versions of
 
 
+def _vector(e: Expr, lanes: int) -> Expr:
+    """``e`` as a vector: itself where it is one, else broadcast to ``lanes``."""
+    return e if getattr(e, "lanes", 1) > 1 else Broadcast(e, lanes)
+
+
 def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int, masks: bool = False) -> Expr:
     """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant);
     ``masks``: lane-wise conditions allowed."""
@@ -198,39 +203,33 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int, masks: bool = False) ->
         and e.dtype in FLOAT_DTYPES
         and e.op in ("add", "sub", "mul", "div", "max", "min")
     ):
-        a = _vec_expr(e.a, var, base, lanes, masks)
-        b = _vec_expr(e.b, var, base, lanes, masks)
-        a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
-        b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
+        a, b = (_vector(_vec_expr(x, var, base, lanes, masks), lanes) for x in (e.a, e.b))
         return VBinary(e.op, a, b, lanes)
     if isinstance(e, Call) and e.name in VECTOR_CALLS and e.dtype == "float32" and len(e.args) == 1:
-        a = _vec_expr(e.args[0], var, base, lanes, masks)
-        return VCall(e.name, a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes), lanes)
+        return VCall(e.name, _vector(_vec_expr(e.args[0], var, base, lanes, masks), lanes), lanes)
     if isinstance(e, Select) and e.dtype in FLOAT_DTYPES:
         # one condition for every lane (e.g. a padding test on the spatial position of a pool), or
         # a mask where the renderer has them (e.g. Where(IsNaN(x), 0, x) after a softmax)
-        cond = e.cond if var not in free_vars_deep(e.cond) else _vec_mask(e.cond, var, base, lanes, masks)
-        t = _vec_expr(e.t, var, base, lanes, masks)
-        f = _vec_expr(e.f, var, base, lanes, masks)
-        t = t if getattr(t, "lanes", 1) > 1 else Broadcast(t, lanes)
-        f = f if getattr(f, "lanes", 1) > 1 else Broadcast(f, lanes)
+        cond = e.cond
+        if var in free_vars_deep(cond):
+            if not masks:
+                raise _NotVectorizable("lane-wise condition")
+            cond = _vec_mask(cond, var, base, lanes)
+        t, f = (_vector(_vec_expr(x, var, base, lanes, masks), lanes) for x in (e.t, e.f))
         return VSelect(cond, t, f, lanes)
     raise _NotVectorizable(type(e).__name__)
 
 
-def _vec_mask(e: Expr, var: Var, base: Expr, lanes: int, masks: bool) -> VCompare:
-    """A lane-wise condition: comparisons of float32 values, and, or, not."""
-    if not masks:
-        raise _NotVectorizable("lane-wise condition")
+def _vec_mask(e: Expr, var: Var, base: Expr, lanes: int) -> VCompare:
+    """A lane-wise condition (for a renderer with masks): comparisons of float32 values, and, or,
+    not."""
     if isinstance(e, Not):
-        return VCompare("not", _vec_mask(e.a, var, base, lanes, masks), None, lanes)
+        return VCompare("not", _vec_mask(e.a, var, base, lanes), None, lanes)
     if isinstance(e, Compare) and e.op in ("and", "or"):
-        a, b = (_vec_mask(x, var, base, lanes, masks) for x in (e.a, e.b))
+        a, b = (_vec_mask(x, var, base, lanes) for x in (e.a, e.b))
         return VCompare(e.op, a, b, lanes)
     if isinstance(e, Compare) and e.a.dtype == e.b.dtype == "float32":
-        a, b = (_vec_expr(x, var, base, lanes, masks) for x in (e.a, e.b))
-        a = a if getattr(a, "lanes", 1) > 1 else Broadcast(a, lanes)
-        b = b if getattr(b, "lanes", 1) > 1 else Broadcast(b, lanes)
+        a, b = (_vector(_vec_expr(x, var, base, lanes, True), lanes) for x in (e.a, e.b))
         return VCompare(e.op, a, b, lanes)
     raise _NotVectorizable(f"condition {type(e).__name__}")
 
@@ -277,9 +276,7 @@ def vectorize_loops(s: Stmt, lanes: int, masks: bool = False) -> Stmt:
                 if coeff != 1:
                     raise _NotVectorizable("store stride")
                 value = _vec_expr(st.value, s.var, base, lanes, masks)
-                if getattr(value, "lanes", 1) == 1:
-                    value = Broadcast(value, lanes)
-                chunks.append(VStore(st.buffer, simplify(rest + base), value, lanes))
+                chunks.append(VStore(st.buffer, simplify(rest + base), _vector(value, lanes), lanes))
     except _NotVectorizable:
         return For(s.var, s.extent, s.body, "simd")
     return seq(*chunks)
@@ -319,7 +316,7 @@ def _vector_reduction(loop: For, lanes: int, outer: For | None = None) -> Stmt |
         chunks = [_vec_expr(rhs, loop.var, IntImm(c * lanes), lanes) for c in range(loop.extent // lanes)]
     except _NotVectorizable:
         return None
-    chunks = [c if getattr(c, "lanes", 1) > 1 else Broadcast(c, lanes) for c in chunks]
+    chunks = [_vector(c, lanes) for c in chunks]
     acc = chunks[0]
     for c in chunks[1:]:
         acc = VBinary(v.op, acc, c, lanes)
