@@ -58,20 +58,32 @@ def kernel_name(workload: Workload) -> str:
     return f"{workload.name}_{workload.key[:10]}"
 
 
-def lower_program(workload: Workload, steps: Sequence[Step], target: Target) -> PrimFunc:
-    """Apply the steps and lower; raises ScheduleError for an illegal schedule."""
+OutView = tuple[tuple[int, ...], tuple[int, ...]]  # (shape of the buffer written, start in it)
+
+
+def lower_program(workload: Workload, steps: Sequence[Step], target: Target,
+                  out_view: OutView | None = None) -> PrimFunc:
+    """Apply the steps and lower; raises ScheduleError for an illegal schedule. With ``out_view``
+    the output is written into a buffer of that shape at that start (a slice of a concatenation);
+    the kernel's name then says so."""
     sch = apply_steps(workload.outputs, steps)
-    func = lower(sch, workload.args, kernel_name(workload))
+    name = kernel_name(workload)
+    views = {}
+    if out_view is not None:
+        views = {len(workload.args) - 1: out_view}
+        name += "_into_" + "x".join(map(str, out_view[0])) + "_at_" + "_".join(map(str, out_view[1]))
+    func = lower(sch, workload.args, name, views=views)
     return optimize(func, target.vector_lanes, max_registers=target.accumulator_registers)
 
 
-def build_program(workload: Workload, steps: Sequence[Step], target: Target) -> Program:
-    """Lowered IR and rendered source of one schedule (CPU)."""
+def build_program(workload: Workload, steps: Sequence[Step], target: Target,
+                  out_view: OutView | None = None) -> Program:
+    """Lowered IR and rendered source of one schedule (CPU); ``out_view`` as in lower_program."""
     if target.kind != "cpu":
         raise NotImplementedError(
             f"build_program is the CPU path; use build_cuda_program for {target.kind!r}"
         )
-    func = lower_program(workload, steps, target)
+    func = lower_program(workload, steps, target, out_view)
     return Program(func.name, func, CpuRenderer(target.vector_lanes).render(func))
 
 

@@ -401,3 +401,30 @@ def test_confirmation_refuses_a_start_far_slower_than_the_search(monkeypatch) ->
     kept = confirm._confirm_round(Scripted(), Space(), ref, [other], baseline, searched_s=10e-6)
     assert kept is not None and [t.mean_s for t in kept] == [pytest.approx(12e-6)]
     assert baseline == [pytest.approx(10e-6)]
+
+
+def test_a_lone_finalist_is_confirmed_so_one_outlier_timing_is_not_its_time() -> None:
+    """A space of one config has nothing to choose between, but its one search timing may be an
+    outlier (another process ran meanwhile): it is timed again, and the best-known time is the
+    median of its records, not the outlier."""
+    from autotune.search.confirm import confirm_finalists, missing_confirmations
+    from autotune.search.measure_batch import Trial
+    from autotune.search.tune import _record, register
+    from autotune.target import cpu_target
+    from autotune.te import make_workload
+    from schedules import make_space
+
+    wl, target = make_workload("add", "7"), cpu_target()
+    space = make_space(wl, target)
+    db = TuningDatabase(":memory:")
+    register(db, wl, target)
+    db.add_measurements([_record(wl, target, Trial({}, [], (10e-3,), None, "", 0.0), "xgb", space.version)])
+    assert missing_confirmations(db, wl, target, 3, 2) == {config_key({}): 2}
+
+    class Quiet:
+        def measure(self, configs, steps):  # noqa: ANN001, ANN201 - the measurer's interface
+            return [Trial(c, s, (2e-6,), None, "", 0.0) for c, s in zip(configs, steps)]
+
+    assert confirm_finalists(db, wl, target, space, Quiet(), 3, 2) == 2
+    assert db.best(wl.key, target.key).mean_s == pytest.approx(2e-6)
+    assert missing_confirmations(db, wl, target, 3, 2) == {}

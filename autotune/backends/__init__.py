@@ -36,6 +36,9 @@ class TargetBackend:
     # its builds are for the building host's own hardware (gcc -march=native): on a cluster they are
     # made only on workers whose host is of the target's kind of machine
     builds_for_own_host = False
+    # its programs can write their output through a view of a larger buffer (render's out_view), so
+    # a model's concatenations are written in place by their inputs' producers (graph.inplace)
+    concat_in_place = False
 
     def resolve(self) -> Target:
         """The target of this kind on this machine; raises RuntimeError where there is none."""
@@ -55,6 +58,11 @@ class TargetBackend:
     def render(self, workload: Workload, steps: Sequence[Step], target: Target) -> Any:
         """The program of one schedule (raises ScheduleError for an illegal one)."""
         raise NotImplementedError
+
+    def render_into(self, workload: Workload, steps: Sequence[Step], target: Target, view: Any) -> Any:
+        """The program of one schedule writing its output through ``view`` (a graph.inplace.View):
+        for a backend with ``concat_in_place``."""
+        raise NotImplementedError(f"{self.kind} programs write whole outputs only")
 
     def measured_kernel(self, workload: Workload, steps: Sequence[Step],
                         target: Target) -> tuple[str, str, Any]:

@@ -16,6 +16,7 @@ class CpuBackend(TargetBackend):
     profiles_modules = True
     runs_own_host = True
     builds_for_own_host = True
+    concat_in_place = True
 
     def resolve(self) -> Any:
         from ..target import cpu_target
@@ -43,6 +44,11 @@ class CpuBackend(TargetBackend):
         from ..program import build_program
 
         return build_program(workload, steps, target)
+
+    def render_into(self, workload: Any, steps: Sequence[Any], target: Any, view: Any) -> Any:
+        from ..program import build_program
+
+        return build_program(workload, steps, target, out_view=(view.shape, view.offset))
 
     def measured_kernel(self, workload: Any, steps: Sequence[Any], target: Any) -> tuple[str, str, Any]:
         prog = self.render(workload, steps, target)

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..backends import backend_for
 from ..graph.compiler import (
     LAYOUTS,
     Prepared,
@@ -169,12 +170,16 @@ def load(
     return LoadedModel(spec, graph, proto, shapes)
 
 
-def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] | None = ()) -> list[Prepared]:
+def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] | None = (),
+                    in_place: bool = False) -> list[Prepared]:
+    """Every form of the model to tune: each layout, and each Winograd size of its convolutions;
+    ``in_place``: concatenations written in place (as the target's compile does)."""
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
-        out = [prepare(model.graph, lay) for lay in layouts]
+        out = [prepare(model.graph, lay, in_place=in_place) for lay in layouts]
         # --winograd: tune every form of each eligible convolution; compile takes the fastest
-        every = [prepare(model.graph, lay, winograd=m) for lay in layouts for m in winograd]
+        every = [prepare(model.graph, lay, winograd=m, in_place=in_place)
+                 for lay in layouts for m in winograd]
         return out + [p for p in every if p.winograd_convs]
     except GraphError as err:
         raise UsageError(str(err)) from None
@@ -233,7 +238,8 @@ def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel,
     """The model loaded and its forms prepared for a target of ``kind``, every task checked against
     the size limits (a UsageError before anything is written)."""
     model = load(args.model, args.input_shape, args.precision, kind)
-    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd))
+    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd),
+                               backend_for(kind).concat_in_place)
     for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
         check_workload(task.workload, task.label)
     return model, prepared

@@ -31,6 +31,7 @@ from schedules import make_space
 from .feeds import random_inputs
 from .frontend import from_onnx
 from .fusion import Group, fuse
+from .inplace import View, concats_in_place
 from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
 from .passes import optimize
@@ -81,15 +82,20 @@ def prepare(
     layout: str = "NHWC",
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     winograd: Plan = 0,
+    in_place: bool = False,
 ) -> Prepared:
     """Import (unless given a Graph), run the passes, fuse and extract tasks; ``winograd``: a tile
     size m for every stride-1 3x3 convolution of an NHWC graph, or conv name -> m, computed as
-    F(m x m, 3 x 3)."""
+    F(m x m, 3 x 3); ``in_place``: concatenations written in place by their inputs' producers
+    where they can be (``graph.inplace``; for a target whose backend renders views)."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
     graph = optimize(load_model(model, input_shapes), layout, winograd)
     groups = fuse(graph)
-    tasks, calls = extract_tasks(groups, graph)
+    views: dict[str, View] = {}
+    if in_place:
+        groups, views = concats_in_place(groups, graph)
+    tasks, calls = extract_tasks(groups, graph, views)
     done = {n.name[: -len(SUFFIXES[0])]: int(n.attrs["m"]) for n in graph.nodes if n.op == "WinogradInput"}
     return Prepared(graph, groups, tasks, calls, layout, done)
 
@@ -116,19 +122,20 @@ def choose_winograd(
     each m in ``sizes``, the form whose kernels' best recorded times add up to the least (direct
     wherever the others lack records)."""
     graph = load_model(model, input_shapes)
-    direct = prepare(graph, layout)
+    in_place = target.backend.concat_in_place
+    direct = prepare(graph, layout, in_place=in_place)
     if not sizes or layout != "NHWC":
         return direct
     d_cost = _node_costs(direct, target, db)
     best = {n.name: (d_cost.get(n.name, math.inf), 0) for n in direct.graph.nodes if n.op == "Conv"}
     for m in sizes:
-        every = prepare(graph, layout, winograd=m)
+        every = prepare(graph, layout, winograd=m, in_place=in_place)
         w_cost = _node_costs(every, target, db)
         for c in every.winograd_convs:
             cost = sum(w_cost.get(c + s, math.inf) for s in SUFFIXES)
             if cost < best[c][0]:
                 best[c] = (cost, m)
-    return prepare(graph, layout, winograd={c: m for c, (_, m) in best.items() if m})
+    return prepare(graph, layout, winograd={c: m for c, (_, m) in best.items() if m}, in_place=in_place)
 
 
 def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:
@@ -546,15 +553,24 @@ def _build(prepared: Prepared, choices: Sequence[KernelChoice], backend: Any) ->
     """Kernels of the choices, pre-tiled weights, memory plan, one library, loaded."""
     kernels: dict[str, KernelSource] = {}
     names: list[str] = []
-    for c in choices:
-        prog = c.program
-        assert prog is not None
+
+    def add(prog: Any, c: KernelChoice) -> str:
         name = prog.kernel_name if isinstance(prog, Program) else kernel_name(c.task.workload)
         kernels.setdefault(name, KernelSource(name, prog.source, prog))
-        names.append(name)
+        return name
+
+    for c in choices:
+        assert c.program is not None
+        names.append(add(c.program, c))
     graph, calls = with_prepacked_weights(prepared.graph, prepared.calls, [kernels[n].program for n in names])
     plan = plan_memory(graph, calls)
-    call_kernels = [names[call.task] for call in calls]
+    call_kernels = []
+    for call in calls:  # a call writing into a concatenation runs its task's schedule through the view
+        c = choices[call.task]
+        call_kernels.append(names[call.task] if call.view is None else
+                            add(backend.target.backend.render_into(c.task.workload, c.steps, backend.target,
+                                                                   call.view), c))
+    kernels = {n: kernels[n] for n in dict.fromkeys(call_kernels)}  # those some call runs
     entry = "model_" + c_name(graph.name)[:40]
     lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
     return _Built(entry, list(kernels.values()), calls, call_kernels, graph, plan,

@@ -93,7 +93,9 @@ def plan_memory(graph: Graph, calls: list[KernelCall]) -> MemoryPlan:
     consts: list[str] = []
     for i, v in enumerate(graph.inputs):
         storage[v] = Storage("input", i)
-    kernel_outputs = {c.args[-1] for c in calls}
+    # a call with a view writes into its slice of another value's buffer: that value's storage
+    into = {c.args[-1]: c.view.into for c in calls if c.view is not None}
+    kernel_outputs = {into.get(c.args[-1], c.args[-1]) for c in calls}
     copies: list[tuple[int, str]] = []
     for j, o in enumerate(graph.outputs):
         r = root_of(graph, o)
@@ -106,6 +108,7 @@ def plan_memory(graph: Graph, calls: list[KernelCall]) -> MemoryPlan:
     for step, call in enumerate(calls):
         for v in call.args:
             r = root_of(graph, v)
+            r = into.get(r, r)
             if r in graph.consts and r not in storage:
                 storage[r] = Storage("const", len(consts))
                 consts.append(r)
@@ -126,6 +129,8 @@ def plan_memory(graph: Graph, calls: list[KernelCall]) -> MemoryPlan:
     offsets, peak = place(intervals)
     for v, off in offsets.items():
         storage[v] = Storage("arena", off)
+    for v, whole in into.items():
+        storage[v] = storage[whole]
     for v in list(first):
         if v not in storage:
             raise GraphError(f"value {v!r} has no storage")

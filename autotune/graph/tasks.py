@@ -13,6 +13,7 @@ import numpy as np
 
 from .feeds import INDEXING_OPS, index_bound
 from .fusion import Group
+from .inplace import View
 from .ir import Graph, GraphError, Node
 from .ops import describe_attrs
 from .subgraph import OP_NAME, SubgraphWorkload, build_workload
@@ -57,6 +58,7 @@ class KernelCall:
     group: Group
     task: int
     args: list[str]  # graph values bound to the workload's inputs, then its output
+    view: View | None = None  # the output written into a slice of another value's buffer
 
 
 def _label(group: Group, g: Graph) -> str:
@@ -154,8 +156,11 @@ def _kernel_attrs(n: Node) -> dict:
     return {k: v for k, v in n.attrs.items() if k not in ("name", "doc_string")}
 
 
-def extract_tasks(groups: list[Group], g: Graph) -> tuple[list[Task], list[KernelCall]]:
-    """Tasks (deduplicated by description, so by structural key) and one call per group, in order."""
+def extract_tasks(groups: list[Group], g: Graph,
+                  views: dict[str, View] | None = None) -> tuple[list[Task], list[KernelCall]]:
+    """Tasks (deduplicated by description, so by structural key) and one call per group, in order;
+    a group whose output has a view in ``views`` writes through it (``graph.inplace``)."""
+    views = views or {}
     tasks: list[Task] = []
     by_spec: dict[str, int] = {}
     calls: list[KernelCall] = []
@@ -168,5 +173,5 @@ def extract_tasks(groups: list[Group], g: Graph) -> tuple[list[Task], list[Kerne
         t = by_spec[blob]
         tasks[t].weight += 1
         tasks[t].calls.append(len(calls))
-        calls.append(KernelCall(grp, t, inputs + [grp.output]))
+        calls.append(KernelCall(grp, t, inputs + [grp.output], views.get(grp.output)))
     return tasks, calls

@@ -305,13 +305,20 @@ def tune_model(
         trials=sum(mt.summary.trials for mt in tasks if mt.summary),
         new_trials=spent,
         elapsed_s=elapsed,
-        estimated_s=sched.estimated_latency(),
+        estimated_s=_estimate(tasks, sched),
         tasks=tasks,
         rounds=rounds,
         seconds=seconds,
         runner_busy=busy,
         tasks_in_flight=most_in_flight,
     )
+
+
+def _estimate(tasks: Sequence[ModelTask], sched: GradientScheduler) -> float:
+    """The model's estimated latency from each task's best-known time once its finalists are
+    confirmed (the search-phase best where a task has no summary)."""
+    return sum(mt.weight * mt.summary.best_s if mt.summary else sched.tasks[i].cost
+               for i, mt in enumerate(tasks))
 
 
 def _pipelined_rounds(sched: GradientScheduler, session: Callable[[int], _TaskSession],

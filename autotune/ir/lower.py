@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -89,14 +90,23 @@ def flat_index(shape: tuple[int, ...], idx: list[Expr]) -> Expr:
 
 
 class _Lowerer:
-    def __init__(self, sch: Schedule, args: list[Tensor]) -> None:
+    def __init__(self, sch: Schedule, args: list[Tensor],
+                 views: Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
         self.sch = sch
         self.placed: dict[Tensor, Placed] = {}
         self.arg_buffers = []
-        for t in args:
-            buf = Buffer(c_name(t.name), t.dtype, t.shape, "arg")
+        for i, t in enumerate(args):
+            if i in views:  # the argument is a region of a larger buffer: (its shape, the start)
+                shape, start = views[i]
+                if len(shape) != len(t.shape) or any(s < 0 or s + e > n
+                                                     for s, e, n in zip(start, t.shape, shape)):
+                    raise ScheduleError(f"{t.name} {t.shape} does not fit in {shape} at {start}")
+                buf = Buffer(c_name(t.name), t.dtype, tuple(shape), "arg")
+                self.placed[t] = Placed(buf, [IntImm(-s) for s in start])
+            else:
+                buf = Buffer(c_name(t.name), t.dtype, t.shape, "arg")
+                self.placed[t] = Placed(buf)
             self.arg_buffers.append(buf)
-            self.placed[t] = Placed(buf)
         self.attached: dict[Loop, list[Stage]] = {}
         for st in sch.stages:
             if st.attach is not None:
@@ -594,17 +604,20 @@ def lower_stages(sch: Schedule, args: list[Tensor]) -> tuple[list[Buffer], list[
     GPU backend turns into separate kernel launches."""
     from .passes import simplify_stmt
 
-    low = _Lowerer(sch, args)
+    low = _Lowerer(sch, args, {})
     heap, nests = low.run_stages()
     return low.arg_buffers, heap, [simplify_stmt(n) or seq() for n in nests]
 
 
-def lower(sch: Schedule, args: list[Tensor], name: str = "kernel", simplify_ir: bool = True) -> PrimFunc:
-    """Lower a schedule to a PrimFunc whose arguments are ``args`` (inputs then outputs)."""
+def lower(sch: Schedule, args: list[Tensor], name: str = "kernel", simplify_ir: bool = True,
+          views: Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> PrimFunc:
+    """Lower a schedule to a PrimFunc whose arguments are ``args`` (inputs then outputs); ``views``:
+    argument position -> (shape, start): that argument is the region at ``start`` of a buffer of
+    ``shape`` (an output written into its slice of a concatenation)."""
     for t in sch.outputs:
         if t not in args:
             raise ScheduleError(f"output {t.name} is not a kernel argument")
-    func = _Lowerer(sch, args).run(name)
+    func = _Lowerer(sch, args, views or {}).run(name)
     if simplify_ir:
         from .passes import simplify_func
 

@@ -46,8 +46,10 @@ def missing_confirmations(db: TuningDatabase, wl: Workload, target: Target, top:
                           rounds: int) -> dict[str, int]:
     """config_key -> confirmations each finalist still lacks (empty: nothing to do)."""
     chosen = finalists(db, wl, target, top) if rounds > 0 else []
-    if len(chosen) < 2:  # nothing to choose between
+    if not chosen:
         return {}
+    # a lone finalist (a space of one config) is confirmed too: there is nothing to choose between,
+    # but its one timing may be an outlier, and the model's estimate and the task scheduler read it
     have = db.confirmations(wl.key, target.key)
     need = {config_key(r.config): rounds - have.get(config_key(r.config), 0) for r in chosen}
     return {k: n for k, n in need.items() if n > 0}

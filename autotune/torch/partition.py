@@ -347,7 +347,7 @@ def tune_regions(
 
     if db is None:
         raise GraphError("tuning needs a database (db=...)")
-    prepared = [prepare(r.graph, layout) for r in regions]
+    prepared = [prepare(r.graph, layout, in_place=target.backend.concat_in_place) for r in regions]
     if not prepared:
         return None
     builder, runner = target.backend.make_builder(target), target.backend.make_runner(target)
