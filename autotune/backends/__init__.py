@@ -36,7 +36,7 @@ class TargetBackend:
     # its builds are for the building host's own hardware (gcc -march=native): on a cluster they are
     # made only on workers whose host is of the target's kind of machine
     builds_for_own_host = False
-    # its programs can write their output through a view of a larger buffer (render's out_view), so
+    # its programs can write their output through a view of a larger buffer (render_into), so
     # a model's concatenations are written in place by their inputs' producers (graph.inplace)
     concat_in_place = False
 
