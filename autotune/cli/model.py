@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..backends import backend_for
+from ..backends import UnknownTargetKind, backend_for
 from ..graph.compiler import (
     LAYOUTS,
     Prepared,
@@ -237,9 +237,12 @@ def run_model_tuning(args: argparse.Namespace) -> int:
 def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel, list]:
     """The model loaded and its forms prepared for a target of ``kind``, every task checked against
     the size limits (a UsageError before anything is written)."""
+    try:
+        in_place = backend_for(kind).concat_in_place
+    except UnknownTargetKind as err:
+        raise UsageError(str(err)) from None
     model = load(args.model, args.input_shape, args.precision, kind)
-    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd),
-                               backend_for(kind).concat_in_place)
+    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd), in_place)
     for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
         check_workload(task.workload, task.label)
     return model, prepared
