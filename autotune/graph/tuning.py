@@ -305,7 +305,7 @@ def tune_model(
         trials=sum(mt.summary.trials for mt in tasks if mt.summary),
         new_trials=spent,
         elapsed_s=elapsed,
-        estimated_s=_estimate(tasks, sched),
+        estimated_s=_estimate(tasks),
         tasks=tasks,
         rounds=rounds,
         seconds=seconds,
@@ -314,11 +314,10 @@ def tune_model(
     )
 
 
-def _estimate(tasks: Sequence[ModelTask], sched: GradientScheduler) -> float:
-    """The model's estimated latency from each task's best-known time once its finalists are
-    confirmed (the search-phase best where a task has no summary)."""
-    return sum(mt.weight * mt.summary.best_s if mt.summary else sched.tasks[i].cost
-               for i, mt in enumerate(tasks))
+def _estimate(tasks: Sequence[ModelTask]) -> float:
+    """The model's estimated latency from each task's best-known time (its summary's, read once
+    its finalists are confirmed)."""
+    return sum(mt.weight * mt.summary.best_s for mt in tasks if mt.summary is not None)
 
 
 def _pipelined_rounds(sched: GradientScheduler, session: Callable[[int], _TaskSession],
