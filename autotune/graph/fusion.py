@@ -13,7 +13,11 @@ merged group stays convex), and the merged group has at most one anchor or reduc
   consumer's index expressions, e.g. attention's head transposes into the batched matmul);
 - chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
 
-Aliases (Reshape, Flatten, ...) are views: they never form kernels and end fusion across them.
+Aliases (Reshape, Flatten, ...) are views: never kernels of their own. A producer read through
+views merges by the same rules, the views going into the merged kernel as index maps, when nothing
+else reads them: not into an anchor's epilogue (``passes.sink_views`` moves those views below the
+epilogue), and into an anchor or reduction only when the view splits dims and merges none (no
+division in its reads).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .ir import Graph, GraphError, Node
 from .ops import ALIAS, ANCHOR, ELEMWISE, INJECTIVE, REDUCE, op_def
+from .ops.shape import view_splits_only
 
 
 @dataclass
@@ -73,21 +78,40 @@ def is_kernel_node(n: Node) -> bool:
     return kind != ALIAS
 
 
-def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]]) -> bool:
-    v = a.output
-    users = consumers.get(v, [])
-    b_ids = {id(n) for n in b.nodes}
-    if v in g.outputs or not users or any(id(u) not in b_ids for u in users):
-        return False
+def _view_chain(v: str, producer: dict[str, Node]) -> tuple[list[Node], str]:
+    """The views ``v`` is reached through (last first) and the value they start from."""
+    chain: list[Node] = []
+    while v in producer and op_def(producer[v].op).kind == ALIAS:
+        chain.append(producer[v])
+        v = producer[v].inputs[0]
+    return chain, v
+
+
+def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], chain: list[Node]) -> bool:
+    """Whether ``a`` may merge into ``b``, reading ``a``'s output through the views ``chain``."""
+    inside = {id(n) for n in b.nodes} | {id(n) for n in chain}
+    for v in [a.output] + [n.outputs[0] for n in chain]:
+        users = consumers.get(v, [])
+        if v in g.outputs or not users or any(id(u) not in inside for u in users):
+            return False
     if a.complex + b.complex > 1:
         return False
-    b_kinds = b.kinds()
-    user_kinds = {op_def(u.op).kind for u in users}
-    if a.complex:
-        return b_kinds == {ELEMWISE} and g.types[b.output].shape == g.types[v].shape
+    users = consumers[chain[0].outputs[0] if chain else a.output]
+    user_kinds = {INJECTIVE if op_def(u.op).kind == ALIAS else op_def(u.op).kind for u in users}
+    if chain:
+        # an anchor's epilogue behind a view is the view sunk below it (passes.sink_views); a view
+        # read inside an anchor / reduction must not divide its indices
+        if a.complex:
+            return False
+        if b.complex and not all(
+            view_splits_only(g.types[n.inputs[0]].shape, g.types[n.outputs[0]].shape) for n in chain
+        ):
+            return False
+    elif a.complex:
+        return b.kinds() == {ELEMWISE} and g.types[b.output].shape == g.types[a.output].shape
     if user_kinds == {ELEMWISE}:
         return True
-    if all(n.op == "Transpose" for n in a.nodes):
+    if all(n.op == "Transpose" or op_def(n.op).kind == ALIAS for n in a.nodes):
         return True
     return user_kinds == {INJECTIVE} and not b.complex
 
@@ -100,16 +124,18 @@ def fuse(graph: Graph) -> list[Group]:
         if len([o for o in grp.nodes[0].outputs if o]) != 1:
             raise GraphError(f"{grp.nodes[0].op} node {grp.nodes[0].name!r}: only single-output kernels")
     consumers = graph.consumers()
+    producer = graph.producer()
     changed = True
     while changed:
         changed = False
         owner = {o: grp for grp in groups for n in grp.nodes for o in n.outputs}
         for b in groups:
             for v in b.external_inputs():
-                a = owner.get(v)
-                if a is None or a is b or a.output != v or not _can_merge(a, b, graph, consumers):
+                chain, root = _view_chain(v, producer)
+                a = owner.get(root)
+                if a is None or a is b or a.output != root or not _can_merge(a, b, graph, consumers, chain):
                     continue
-                b.nodes = sorted(a.nodes + b.nodes, key=lambda n: pos[id(n)])
+                b.nodes = sorted(a.nodes + chain + b.nodes, key=lambda n: pos[id(n)])
                 groups.remove(a)
                 changed = True
                 break

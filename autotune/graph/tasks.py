@@ -15,7 +15,7 @@ from .feeds import INDEXING_OPS, index_bound
 from .fusion import Group
 from .inplace import View
 from .ir import Graph, GraphError, Node
-from .ops import describe_attrs
+from .ops import ALIAS, describe_attrs, op_def
 from .subgraph import OP_NAME, SubgraphWorkload, build_workload
 
 # operand positions that must stay positive in random tuning inputs (denominators, roots)
@@ -64,6 +64,8 @@ class KernelCall:
 def _label(group: Group, g: Graph) -> str:
     parts: list[str] = []
     for n in group.nodes:
+        if op_def(n.op).kind == ALIAS:
+            continue
         s = _SHORT.get(n.op, n.op.lower())
         if n.op == "MatMul" and all(i not in g.consts for i in n.inputs):
             s = "batch_matmul"
@@ -115,6 +117,11 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
 
     def visit(n: Node) -> int:
         if id(n) in node_index:
+            return node_index[id(n)]
+        if op_def(n.op).kind == ALIAS:  # a view inside the kernel: Reshape to its result shape
+            shape = [int(d) for d in g.types[n.outputs[0]].shape]
+            nodes.append({"op": "Reshape", "attrs": {"_shape": shape}, "args": [arg(n.inputs[0], n, 0)]})
+            node_index[id(n)] = len(nodes) - 1
             return node_index[id(n)]
         args = [arg(v, n, p) for p, v in enumerate(n.inputs)]
         while args and args[-1] is None:

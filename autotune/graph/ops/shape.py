@@ -9,9 +9,25 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from autotune import te
+from autotune.te.expr import Expr
+
 from ..ir import GraphError, Node, TensorType
-from .base import ALIAS, FOLD, Consts, Types, fold_only, infer_by_numpy, norm_axis, operand, register, same
+from .base import (
+    ALIAS,
+    FOLD,
+    Arg,
+    Consts,
+    Types,
+    fold_only,
+    infer_by_numpy,
+    norm_axis,
+    operand,
+    register,
+    same,
+)
 from .elementwise import onnx_dtype
+from .te_build import nd_compute, tensor_arg
 
 
 # --- views --------------------------------------------------------------------------------------------
@@ -83,6 +99,33 @@ def alias_shape(node: Any, x: TensorType, consts: Consts) -> tuple[int, ...]:
     raise GraphError(f"not a view: {op}")
 
 
+def view_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """The dims of a view's source and result in matching runs of equal size (unit dims left out):
+    (source dims, result dims) per run, so a run with one source dim is a split of it."""
+    a = [i for i, d in enumerate(src) if d != 1]
+    b = [j for j, d in enumerate(dst) if d != 1]
+    runs: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        gi, gj, pi, pj = [a[i]], [b[j]], src[a[i]], dst[b[j]]
+        i, j = i + 1, j + 1
+        while pi != pj:
+            if pi < pj:
+                gi.append(a[i])
+                pi, i = pi * src[a[i]], i + 1
+            else:
+                gj.append(b[j])
+                pj, j = pj * dst[b[j]], j + 1
+        runs.append((gi, gj))
+    return runs
+
+
+def view_splits_only(src: Sequence[int], dst: Sequence[int]) -> bool:
+    """Whether reading a view's source at a result index needs no division (every source dim is
+    split into result dims, or kept)."""
+    return all(len(gi) == 1 for gi, _ in view_groups(src, dst))
+
+
 class _Alias:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
@@ -95,6 +138,30 @@ class _Alias:
         consts = [None] + [None if v is None else np.asarray(v) for v in xs[1:]]
         t = TensorType(tuple(x.shape), str(x.dtype))
         return [np.reshape(x, alias_shape(node, t, consts))]
+
+    @staticmethod
+    def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
+        """A view inside a fused kernel (described as Reshape to ``_shape``): the source read at the
+        same row-major position; a run of merged dims is divided back, a split one is not."""
+        x = tensor_arg(args[0])
+        if "_shape" not in attrs:
+            raise GraphError(f"view {name!r} inside a kernel needs its result shape")
+        dst = tuple(int(d) for d in attrs["_shape"])
+        runs = view_groups(x.shape, dst)
+
+        def fn(i: list[Expr]) -> Expr:
+            src: list[Any] = [0] * x.ndim
+            for gi, gj in runs:
+                flat = i[gj[0]]
+                for j in gj[1:]:
+                    flat = flat * dst[j] + i[j]
+                for k in reversed(gi[1:]):
+                    src[k] = flat % x.shape[k]
+                    flat = flat // x.shape[k]
+                src[gi[0]] = flat
+            return x[tuple(src)]
+
+        return nd_compute(dst, fn, name, "injective")
 
 
 for _name in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):

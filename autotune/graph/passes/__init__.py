@@ -20,6 +20,7 @@
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
 - ``scalar_results_as_views`` a kernel's 0-d result is computed as shape (1, ...) and viewed as 0-d
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
+- ``sink_views``         an elementwise op behind a kernel's views computed in the kernel's shape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
 - ``optimize``           all of the above in order (the compiler's pipeline)
 """
@@ -46,6 +47,7 @@ from .kernel_forms import (
 from .layout import TO_NCHW, TO_NHWC, convert_layout
 from .lowering import fold_batch_norm, lower_batch_norm, lower_losses, lower_quantize, lower_recurrent
 from .rewrite import _add_const, _new_value, remove_identities, scalar
+from .views import sink_views
 
 Pass = Callable[[Graph], Graph]
 
@@ -73,6 +75,7 @@ __all__ = [
     "scalar_results_as_views",
     "scatter_to_table",
     "simplify_transposes",
+    "sink_views",
     "split_to_slices",
     "_add_const",
     "_new_value",
@@ -102,7 +105,7 @@ def optimize(
     g = fold_batch_norm(g)
     g = lower_batch_norm(g)
     g = convert_layout(g, layout)
-    g = simplify_transposes(g)
+    g = sink_views(simplify_transposes(g))
     g = fold_constants(g)
     if winograd:
         g = use_winograd(g, winograd)

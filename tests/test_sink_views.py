@@ -1,0 +1,154 @@
+"""Views sunk below elementwise ops (graph/passes/views.py): a product behind the reshapes exporters
+write around it (GPT-2's addmm on a flattened view, ViT's attention output) takes the residual add
+and the activation after the view as its epilogue. Compiled modules are checked against the numpy
+interpreter of the original graph on fresh random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.graph import compile_model, passes
+from autotune.graph.compiler import prepare
+from autotune.graph.interpreter import run_graph
+from autotune.graph.ir import Graph, Node, TensorType
+
+RNG = np.random.default_rng(5)
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def i64(*v: int) -> np.ndarray:
+    return np.asarray(v, dtype=np.int64)
+
+
+def block(tail_bias: np.ndarray, unflat: tuple[int, ...] = (1, 8, 32)) -> Graph:
+    """x [1,8,16] flattened, a product with bias, viewed as ``unflat``, then a residual add, a
+    cubic activation reading its input three times, a bias of shape ``tail_bias`` and a view as
+    [8, 32] before the output."""
+    nodes = [
+        Node("Reshape", ["x", "flat"], ["xf"], name="flatten"),
+        Node("MatMul", ["xf", "w"], ["m"], name="mm"),
+        Node("Add", ["m", "b"], ["mb"], name="bias"),
+        Node("Reshape", ["mb", "unflat"], ["v"], name="unflatten"),
+        Node("Add", ["v", "r"], ["s"], name="residual"),
+        Node("Mul", ["s", "s"], ["sq"], name="sq"),
+        Node("Mul", ["sq", "s"], ["cube"], name="cube"),
+        Node("Add", ["s", "cube"], ["t"], name="t"),
+        Node("Tanh", ["t"], ["th"], name="tanh"),
+        Node("Add", ["th", "tb"], ["tt"], name="tail_bias"),
+        Node("Reshape", ["tt", "flat2"], ["tv"], name="drop_batch"),
+        Node("Sigmoid", ["tv"], ["y"], name="out"),
+    ]
+    consts = {"flat": i64(8, 16), "w": f32(16, 32), "b": f32(32), "unflat": i64(*unflat),
+              "tb": tail_bias, "flat2": i64(8, 32)}
+    types = {"x": TensorType((1, 8, 16)), "r": TensorType(unflat)}
+    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
+    return passes.infer_types(Graph("g", ["x", "r"], ["y"], nodes, types, consts))
+
+
+def _kernel_ops(g: Graph) -> list[list[str]]:
+    return [grp.ops for grp in prepare(g).groups]
+
+
+def test_a_residual_and_an_activation_behind_a_view_become_the_products_epilogue() -> None:
+    ops = _kernel_ops(block(f32(32)))
+    assert ops == [["MatMul", "Add", "Add", "Mul", "Mul", "Add", "Tanh", "Add", "Sigmoid"]]
+
+
+def test_a_bias_the_view_does_not_keep_stops_the_sinking_there() -> None:
+    # [8, 1] broadcast over [1, 8, 32] spans the rows the source [8, 32] has too: it is [8, 1]
+    # there. Broadcast over [2, 4, 32], [4, 1] spans no dims of the source: the add stays behind.
+    whole = ["MatMul", "Add", "Add", "Mul", "Mul", "Add", "Tanh", "Add", "Sigmoid"]
+    assert _kernel_ops(block(f32(8, 1))) == [whole]
+    ops = _kernel_ops(block(f32(4, 1), (2, 4, 32)))
+    assert ops == [["MatMul", "Add", "Add", "Mul", "Mul", "Add", "Tanh"], ["Add", "Sigmoid"]]
+
+
+def test_sunk_views_compute_what_the_interpreter_does(tmp_path) -> None:  # noqa: ANN001
+    for tail, unflat in ((f32(32), (1, 8, 32)), (f32(8, 1), (1, 8, 32)), (f32(1), (1, 8, 32)),
+                         (f32(4, 1), (2, 4, 32))):
+        g = block(tail, unflat)
+        x, r = f32(1, 8, 16), f32(*unflat)
+        (ref,) = run_graph(g, {"x": x, "r": r})
+        module = compile_model(g, cache_dir=str(tmp_path), verbose=False)
+        (got,) = module.run({"x": x, "r": r})
+        assert got.shape == ref.shape == (8, 32)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def _graph(nodes: list[Node], inputs: dict[str, tuple], consts: dict, outputs: list[str]) -> Graph:
+    types = {k: TensorType(s) for k, s in inputs.items()}
+    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
+    return passes.infer_types(Graph("g", list(inputs), outputs, nodes, types, consts))
+
+
+def heads() -> Graph:
+    """Attention's head split as exporters write it: a [S, 3E] product viewed as [S, 3, H, D],
+    transposed, one of the three picked by a Gather, viewed with a batch dim and scaled; K
+    transposed and split into heads by a view; their product's heads transposed back and merged
+    by a view, then a copy."""
+    s, h, d = 6, 2, 8
+    nodes = [
+        Node("MatMul", ["x", "wqkv"], ["qkv"], name="qkv"),
+        Node("Reshape", ["qkv", "split"], ["qkv4"], name="split_heads"),
+        Node("Transpose", ["qkv4"], ["t"], {"perm": [1, 2, 0, 3]}, "to_heads"),
+        Node("Gather", ["t", "zero"], ["q"], {"axis": 0}, "pick_q"),
+        Node("Unsqueeze", ["q", "ax0"], ["q4"], name="batch"),
+        Node("Mul", ["q4", "scale"], ["qs"], name="scale"),
+        Node("Transpose", ["kin"], ["kt"], {"perm": [1, 0]}, "k_t"),
+        Node("Reshape", ["kt", "khead"], ["k"], name="k_heads"),
+        Node("MatMul", ["qs", "k"], ["att"], name="scores"),
+        Node("Transpose", ["att"], ["back"], {"perm": [0, 2, 1, 3]}, "from_heads"),
+        Node("Reshape", ["back", "merge"], ["merged"], name="merge_heads"),
+        Node("Transpose", ["merged"], ["y"], {"perm": [1, 0]}, "out"),
+    ]
+    consts = {"wqkv": f32(16, 3 * h * d), "split": i64(s, 3, h, d), "zero": np.asarray(0, np.int64),
+              "ax0": i64(0), "scale": np.asarray([0.35], np.float32), "merge": i64(s, h * s),
+              "khead": i64(1, h, d, s)}
+    return _graph(nodes, {"x": (s, 16), "kin": (s, h * d)}, consts, ["y"])
+
+
+def test_copies_fuse_across_views_and_a_split_view_reads_into_a_product() -> None:
+    ops = _kernel_ops(heads())
+    assert ops == [
+        ["MatMul"],
+        ["Transpose", "Gather", "Mul"],  # the scale sunk below the Unsqueeze
+        ["Transpose", "Reshape", "MatMul"],  # K's transposed, split read inside the product
+        ["Transpose", "Reshape", "Transpose"],  # the merging view divides inside a copy
+    ]
+
+
+def test_views_inside_kernels_compute_what_the_interpreter_does(tmp_path) -> None:  # noqa: ANN001
+    g = heads()
+    for _ in range(2):
+        feeds = {"x": f32(6, 16), "kin": f32(6, 16)}
+        (ref,) = run_graph(g, feeds)
+        (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_that_merges_dims_is_not_read_inside_a_product() -> None:
+    nodes = [Node("Transpose", ["a"], ["t"], {"perm": [1, 0, 2]}, "t"),
+             Node("Reshape", ["t", "merge"], ["m"], name="merge"),
+             Node("MatMul", ["m", "w"], ["y"], name="mm")]
+    g = _graph(nodes, {"a": (2, 6, 8)}, {"merge": i64(6, 16), "w": f32(16, 4)}, ["y"])
+    assert _kernel_ops(g) == [["Transpose"], ["MatMul"]]
+    nodes[1] = Node("Reshape", ["t", "split"], ["m"], name="split")
+    g = _graph(nodes, {"a": (2, 6, 8)}, {"split": i64(6, 2, 2, 4), "w": f32(4, 3)}, ["y"])
+    assert _kernel_ops(g) == [["Transpose", "Reshape", "MatMul"]]
+
+
+def test_two_products_behind_views_give_the_add_to_one_of_them(tmp_path) -> None:  # noqa: ANN001
+    nodes = [Node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+             Node("MatMul", ["x", "w2"], ["m2"], name="mm2"),
+             Node("Reshape", ["m1", "up"], ["v1"], name="v1"),
+             Node("Reshape", ["m2", "up"], ["v2"], name="v2"),
+             Node("Add", ["v1", "v2"], ["y"], name="add")]
+    g = _graph(nodes, {"x": (8, 16)}, {"w1": f32(16, 32), "w2": f32(16, 32), "up": i64(1, 8, 32)}, ["y"])
+    assert sorted(_kernel_ops(g)) == [["MatMul"], ["MatMul", "Add"]]
+    x = f32(8, 16)
+    (ref,) = run_graph(g, {"x": x})
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
