@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 from records import RecordsError, TuningDatabase
 from records.schema import SQLITE_HEADER, check_connection
 
-from ..backends import UnknownTargetKind, backend_for, kinds
+from ..backends import TargetBackend, UnknownTargetKind, backend_for, kinds
 from ..target import Target, nearest_records_target
 
 if TYPE_CHECKING:
@@ -181,11 +181,20 @@ def _vet_without_writing(path: Path) -> None:
         conn.close()
 
 
+def backend_of(kind: str) -> TargetBackend:
+    """The backend of a target kind, or one line naming the valid kinds (nothing is resolved: a
+    host without the kind's device may still prepare a model for it)."""
+    try:
+        return backend_for(kind)
+    except UnknownTargetKind as err:
+        raise UsageError(str(err)) from None
+
+
 def resolve_target(kind: str) -> Target:
     """This machine's target of a kind (its backend's), or one line naming the valid kinds."""
     try:
-        return backend_for(kind).resolve()
-    except (UnknownTargetKind, RuntimeError) as err:
+        return backend_of(kind).resolve()
+    except RuntimeError as err:
         raise UsageError(str(err).splitlines()[0]) from None
 
 

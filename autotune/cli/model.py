@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..backends import UnknownTargetKind, backend_for
 from ..graph.compiler import (
     LAYOUTS,
     Prepared,
@@ -28,7 +27,7 @@ from ..graph.frontend import from_onnx
 from ..graph.ir import Graph, GraphError
 from ..graph.precision import output_tolerance
 from ..graph.winograd import TILE_SIZES, default_sizes
-from .common import UsageError, int_in, measuring, open_db, open_records, resolve_target
+from .common import UsageError, backend_of, int_in, measuring, open_db, open_records, resolve_target
 from .limits import check_graph, check_workload
 from .output import emit_json
 
@@ -237,10 +236,7 @@ def run_model_tuning(args: argparse.Namespace) -> int:
 def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel, list]:
     """The model loaded and its forms prepared for a target of ``kind``, every task checked against
     the size limits (a UsageError before anything is written)."""
-    try:
-        in_place = backend_for(kind).concat_in_place
-    except UnknownTargetKind as err:
-        raise UsageError(str(err)) from None
+    in_place = backend_of(kind).concat_in_place
     model = load(args.model, args.input_shape, args.precision, kind)
     prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd), in_place)
     for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)

@@ -91,12 +91,12 @@ def flat_index(shape: tuple[int, ...], idx: list[Expr]) -> Expr:
 
 class _Lowerer:
     def __init__(self, sch: Schedule, args: list[Tensor],
-                 views: Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+                 views: Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None) -> None:
         self.sch = sch
         self.placed: dict[Tensor, Placed] = {}
         self.arg_buffers = []
         for i, t in enumerate(args):
-            if i in views:  # the argument is a region of a larger buffer: (its shape, the start)
+            if views and i in views:  # the argument is a region of a larger buffer: (its shape, the start)
                 shape, start = views[i]
                 if len(shape) != len(t.shape) or any(s < 0 or s + e > n
                                                      for s, e, n in zip(start, t.shape, shape)):
@@ -604,7 +604,7 @@ def lower_stages(sch: Schedule, args: list[Tensor]) -> tuple[list[Buffer], list[
     GPU backend turns into separate kernel launches."""
     from .passes import simplify_stmt
 
-    low = _Lowerer(sch, args, {})
+    low = _Lowerer(sch, args)
     heap, nests = low.run_stages()
     return low.arg_buffers, heap, [simplify_stmt(n) or seq() for n in nests]
 
@@ -617,7 +617,7 @@ def lower(sch: Schedule, args: list[Tensor], name: str = "kernel", simplify_ir: 
     for t in sch.outputs:
         if t not in args:
             raise ScheduleError(f"output {t.name} is not a kernel argument")
-    func = _Lowerer(sch, args, views or {}).run(name)
+    func = _Lowerer(sch, args, views).run(name)
     if simplify_ir:
         from .passes import simplify_func
 
