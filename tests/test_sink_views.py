@@ -138,6 +138,12 @@ def test_a_view_that_merges_dims_is_not_read_inside_a_product() -> None:
     nodes[1] = Node("Reshape", ["t", "split"], ["m"], name="split")
     g = _graph(nodes, {"a": (2, 6, 8)}, {"split": i64(6, 2, 2, 4), "w": f32(4, 3)}, ["y"])
     assert _kernel_ops(g) == [["Transpose", "Reshape", "MatMul"]]
+    # a merging view inside a copy of transposes keeps that copy out of the product too
+    nodes[1:] = [Node("Reshape", ["t", "merge"], ["m"], name="merge"),
+                 Node("Transpose", ["m"], ["mt"], {"perm": [1, 0]}, "t2"),
+                 Node("MatMul", ["w", "mt"], ["y"], name="mm")]
+    g = _graph(nodes, {"a": (2, 6, 8)}, {"merge": i64(6, 16), "w": f32(5, 16)}, ["y"])
+    assert _kernel_ops(g) == [["Transpose", "Reshape", "Transpose"], ["MatMul"]]
 
 
 def test_two_products_behind_views_give_the_add_to_one_of_them(tmp_path) -> None:  # noqa: ANN001

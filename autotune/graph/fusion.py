@@ -98,14 +98,14 @@ def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], c
         return False
     users = consumers[chain[0].outputs[0] if chain else a.output]
     user_kinds = {INJECTIVE if op_def(u.op).kind == ALIAS else op_def(u.op).kind for u in users}
+    # a view read inside an anchor / reduction must not divide its indices
+    if b.complex and not all(
+        view_splits_only(g.types[n.inputs[0]].shape, g.types[n.outputs[0]].shape)
+        for n in chain + a.nodes if op_def(n.op).kind == ALIAS
+    ):
+        return False
     if chain:
-        # an anchor's epilogue behind a view is the view sunk below it (passes.sink_views); a view
-        # read inside an anchor / reduction must not divide its indices
-        if a.complex:
-            return False
-        if b.complex and not all(
-            view_splits_only(g.types[n.inputs[0]].shape, g.types[n.outputs[0]].shape) for n in chain
-        ):
+        if a.complex:  # an anchor's epilogue behind a view: the view is sunk below it (sink_views)
             return False
     elif a.complex:
         return b.kinds() == {ELEMWISE} and g.types[b.output].shape == g.types[a.output].shape
