@@ -9,8 +9,9 @@ merged group stays convex), and the merged group has at most one anchor or reduc
   (conv + bias + add + relu, matmul + bias + gelu, softmax * mask ...);
 - side input: A is elementwise / injective only and feeds only elementwise nodes of B (computed
   inline in B's output stage, e.g. one branch of a residual add);
-- prologue: A is Transpose nodes only, feeding anything (the transposed read is inlined into the
-  consumer's index expressions, e.g. attention's head transposes into the batched matmul);
+- prologue: A is Transpose and Slice nodes only (reads at affine positions), feeding anything (the
+  read is inlined into the consumer's index expressions, e.g. attention's head transposes into the
+  batched matmul, ShuffleNet's channel half into its convolution);
 - chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
 
 Aliases (Reshape, Flatten, ...) are views: never kernels of their own. A producer read through
@@ -111,7 +112,7 @@ def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], c
         return b.kinds() == {ELEMWISE} and g.types[b.output].shape == g.types[a.output].shape
     if user_kinds == {ELEMWISE}:
         return True
-    if all(n.op == "Transpose" or op_def(n.op).kind == ALIAS for n in a.nodes):
+    if all(n.op in ("Transpose", "Slice") or op_def(n.op).kind == ALIAS for n in a.nodes):
         return True
     return user_kinds == {INJECTIVE} and not b.complex
 

@@ -6,6 +6,7 @@ interpreter of the original graph on fresh random inputs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autotune.graph import compile_model, passes
 from autotune.graph.compiler import prepare
@@ -158,3 +159,41 @@ def test_two_products_behind_views_give_the_add_to_one_of_them(tmp_path) -> None
     (ref,) = run_graph(g, {"x": x})
     (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def shuffle_unit() -> Graph:
+    """ShuffleNet-V2's unit: half the channels through a 1x1 conv, concatenated with the other
+    half, shuffled (view, transpose, view), halved again for the next unit's conv and add."""
+    nodes = [
+        Node("Slice", ["x", "s0", "s4", "ax1"], ["x1"], name="x1"),
+        Node("Slice", ["x", "s4", "s8", "ax1"], ["x2"], name="x2"),
+        Node("Conv", ["x2", "w1"], ["c"], {"kernel_shape": [1, 1]}, "c"),
+        Node("Relu", ["c"], ["b"], name="b"),
+        Node("Concat", ["x1", "b"], ["cat"], {"axis": 1}, "cat"),
+        Node("Reshape", ["cat", "groups"], ["g5"], name="groups"),
+        Node("Transpose", ["g5"], ["sh"], {"perm": [0, 2, 1, 3, 4]}, "shuffle"),
+        Node("Reshape", ["sh", "back"], ["y"], name="back"),
+        Node("Slice", ["y", "s0", "s4", "ax1"], ["y1"], name="y1"),
+        Node("Slice", ["y", "s4", "s8", "ax1"], ["y2"], name="y2"),
+        Node("Conv", ["y2", "w2"], ["d"], {"kernel_shape": [1, 1]}, "d"),
+        Node("Add", ["d", "y1"], ["out"], name="out"),
+    ]
+    consts = {"s0": i64(0), "s4": i64(4), "s8": i64(8), "ax1": i64(1), "w1": f32(4, 4, 1, 1),
+              "w2": f32(4, 4, 1, 1), "groups": i64(1, 2, 4, 6, 6), "back": i64(1, 8, 6, 6)}
+    return _graph(nodes, {"x": (1, 8, 6, 6)}, consts, ["out"])
+
+
+def test_a_channel_slice_is_read_inside_the_convolution() -> None:
+    ops = _kernel_ops(shuffle_unit())
+    assert ["Slice"] not in ops
+    assert sum("Conv" in o and "Slice" in o for o in ops) == 2
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_a_shuffle_unit_computes_what_the_interpreter_does(tmp_path, layout: str) -> None:  # noqa: ANN001
+    g = shuffle_unit()
+    for _ in range(2):
+        x = f32(1, 8, 6, 6)
+        (ref,) = run_graph(g, {"x": x})
+        (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False, layout=layout).run({"x": x})
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
