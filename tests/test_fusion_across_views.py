@@ -197,3 +197,20 @@ def test_a_shuffle_unit_computes_what_the_interpreter_does(tmp_path, layout: str
         (ref,) = run_graph(g, {"x": x})
         (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False, layout=layout).run({"x": x})
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index", [np.asarray(2, np.int64), np.asarray([1], np.int64)])
+def test_a_gather_of_one_constant_index_is_read_inside_the_product(tmp_path, index: np.ndarray) -> None:  # noqa: ANN001
+    """ViT's V: one of the stacked Q/K/V picked by a constant Gather, split into heads by a view and
+    transposed, read by the product with the attention weights without a copy."""
+    nodes = [Node("Gather", ["qkv", "i"], ["v"], {"axis": 0}, "pick"),
+             Node("Reshape", ["v", "heads"], ["vh"], name="heads"),
+             Node("Transpose", ["vh"], ["vt"], {"perm": [0, 2, 1, 3]}, "vt"),
+             Node("MatMul", ["p", "vt"], ["y"], name="pv")]
+    g = _graph(nodes, {"qkv": (3, 6, 16), "p": (1, 2, 6, 6)}, {"i": index, "heads": i64(1, 6, 2, 8)}, ["y"])
+    assert g.types["v"].shape == ((6, 16) if index.ndim == 0 else (1, 6, 16))
+    assert _kernel_ops(g) == [["Gather", "Reshape", "Transpose", "MatMul"]]
+    feeds = {"qkv": f32(3, 6, 16), "p": f32(1, 2, 6, 6)}
+    (ref,) = run_graph(g, feeds)
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

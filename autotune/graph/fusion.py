@@ -9,9 +9,9 @@ merged group stays convex), and the merged group has at most one anchor or reduc
   (conv + bias + add + relu, matmul + bias + gelu, softmax * mask ...);
 - side input: A is elementwise / injective only and feeds only elementwise nodes of B (computed
   inline in B's output stage, e.g. one branch of a residual add);
-- prologue: A is Transpose and Slice nodes only (reads at affine positions), feeding anything (the
-  read is inlined into the consumer's index expressions, e.g. attention's head transposes into the
-  batched matmul, ShuffleNet's channel half into its convolution);
+- prologue: A is Transpose, Slice and constant-index Gather nodes only (reads at affine positions),
+  feeding anything (the read is inlined into the consumer's index expressions, e.g. attention's
+  head transposes into the batched matmul, ShuffleNet's channel half into its convolution);
 - chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
 
 Aliases (Reshape, Flatten, ...) are views: never kernels of their own. A producer read through
@@ -88,6 +88,14 @@ def _view_chain(v: str, producer: dict[str, Node]) -> tuple[list[Node], str]:
     return chain, v
 
 
+def _index_map(n: Node, g: Graph) -> bool:
+    """Whether a node only reads its input at affine positions: a transpose, a slice, a view, or
+    a gather of one constant index."""
+    if n.op == "Gather":
+        return n.inputs[1] in g.consts and g.consts[n.inputs[1]].size == 1
+    return n.op in ("Transpose", "Slice") or op_def(n.op).kind == ALIAS
+
+
 def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], chain: list[Node]) -> bool:
     """Whether ``a`` may merge into ``b``, reading ``a``'s output through the views ``chain``."""
     inside = {id(n) for n in b.nodes} | {id(n) for n in chain}
@@ -112,7 +120,7 @@ def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], c
         return b.kinds() == {ELEMWISE} and g.types[b.output].shape == g.types[a.output].shape
     if user_kinds == {ELEMWISE}:
         return True
-    if all(n.op in ("Transpose", "Slice") or op_def(n.op).kind == ALIAS for n in a.nodes):
+    if all(_index_map(n, g) for n in a.nodes):
         return True
     return user_kinds == {INJECTIVE} and not b.complex
 
