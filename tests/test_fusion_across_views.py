@@ -115,8 +115,9 @@ def test_copies_fuse_across_views_and_a_split_view_reads_into_a_product() -> Non
     ops = _kernel_ops(heads())
     assert ops == [
         ["MatMul"],
-        ["Transpose", "Gather", "Mul"],  # the scale sunk below the Unsqueeze
-        ["Transpose", "Reshape", "MatMul"],  # K's transposed, split read inside the product
+        # Q picked through a transpose and a view, K's transposed, split read, both inside the
+        # product; the scale moved onto the product's result
+        ["Transpose", "Gather", "Unsqueeze", "Transpose", "Reshape", "MatMul", "Mul"],
         ["Transpose", "Reshape", "Transpose"],  # the merging view divides inside a copy
     ]
 
@@ -214,3 +215,23 @@ def test_a_gather_of_one_constant_index_is_read_inside_the_product(tmp_path, ind
     (ref,) = run_graph(g, feeds)
     (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_operands_of_a_product_become_its_epilogue(tmp_path) -> None:  # noqa: ANN001
+    """Scaled dot-product attention as exporters decompose it: q * s and k * s (s a constant) before
+    the product; the scalings move onto the product, so the transposed K is read in place. A
+    scaling by a vector stays where it is."""
+    nodes = [Node("Mul", ["q", "s"], ["qs"], name="qs"),
+             Node("Transpose", ["k"], ["kt"], {"perm": [0, 2, 1]}, "kt"),
+             Node("Div", ["kt", "d"], ["ks"], name="ks"),
+             Node("MatMul", ["qs", "ks"], ["y"], name="qk")]
+    consts = {"s": np.asarray([0.5], np.float32), "d": np.asarray(1.7, np.float32)}
+    g = _graph(nodes, {"q": (2, 5, 8), "k": (2, 5, 8)}, consts, ["y"])
+    assert _kernel_ops(g) == [["Transpose", "MatMul", "Div", "Mul"]]
+    feeds = {"q": f32(2, 5, 8), "k": f32(2, 5, 8)}
+    (ref,) = run_graph(g, feeds)
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    g.consts["s"] = f32(8)
+    g.types["s"] = TensorType((8,))
+    assert _kernel_ops(passes.infer_types(g)) == [["Mul"], ["Transpose", "MatMul", "Div"]]

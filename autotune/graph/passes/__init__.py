@@ -20,6 +20,7 @@
 - ``absorb_const_operands`` constant operands that parametrise a kernel become its attributes
 - ``scalar_results_as_views`` a kernel's 0-d result is computed as shape (1, ...) and viewed as 0-d
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
+- ``scales_after_products`` a MatMul operand's scaling by a constant moved onto the product
 - ``sink_views``         an elementwise op behind a kernel's views computed in the kernel's shape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
 - ``optimize``           all of the above in order (the compiler's pipeline)
@@ -32,7 +33,7 @@ from typing import Callable
 from ..ir import Graph, GraphError
 from ..ops import FOLD, REWRITE, op_def
 from ..winograd import Plan, use_winograd  # also registers the Winograd operators
-from .canonical import canonicalize_gemm, fuse_gelu, simplify_transposes
+from .canonical import canonicalize_gemm, fuse_gelu, scales_after_products, simplify_transposes
 from .infer import eliminate_dead_code, fold_constants, infer_types
 from .kernel_forms import (
     absorb_const_operands,
@@ -74,6 +75,7 @@ __all__ = [
     "scalar",
     "scalar_results_as_views",
     "scatter_to_table",
+    "scales_after_products",
     "simplify_transposes",
     "sink_views",
     "split_to_slices",
@@ -105,7 +107,7 @@ def optimize(
     g = fold_batch_norm(g)
     g = lower_batch_norm(g)
     g = convert_layout(g, layout)
-    g = sink_views(simplify_transposes(g))
+    g = sink_views(scales_after_products(simplify_transposes(g)))
     g = fold_constants(g)
     if winograd:
         g = use_winograd(g, winograd)

@@ -1,4 +1,5 @@
-"""Canonical forms: Gemm as MatMul, GELU recognised, transposes composed."""
+"""Canonical forms: Gemm as MatMul, GELU recognised, transposes composed, scalings of a product's
+operands moved onto the product."""
 
 
 from __future__ import annotations
@@ -191,3 +192,37 @@ def simplify_transposes(graph: Graph) -> Graph:
     return eliminate_dead_code(infer_types(g))
 
 
+
+
+def scales_after_products(graph: Graph) -> Graph:
+    """A float MatMul operand multiplied or divided by a one-element constant (attention's
+    ``q * s`` and ``k * s`` as exporters decompose scaled dot-product attention, ``q / sqrt(d)``):
+    the product reads the unscaled operand and the scaling is applied to its result, where it is
+    the product's epilogue; the operand is then a plain index map that the product can read in
+    place (``graph.fusion``'s prologue). The same value up to rounding."""
+    g = graph.copy()
+    prod, cons = g.producer(), g.consumers()
+    changed = False
+    for m in [n for n in g.nodes if n.op == "MatMul"]:
+        for p in (0, 1):
+            x = m.inputs[p]
+            u = prod.get(x)
+            if u is None or u.op not in ("Mul", "Div") or x in g.outputs or cons.get(x) != [m]:
+                continue
+            if g.types[x].dtype not in ("float32", "float64"):
+                continue
+            consts = [i for i, v in enumerate(u.inputs) if scalar(g, v) is not None]
+            if u.op == "Div" and consts != [1] or u.op == "Mul" and len(consts) != 1:
+                continue
+            t, c = u.inputs[1 - consts[0]], u.inputs[consts[0]]
+            if g.types[t].shape != g.types[x].shape:
+                continue
+            y = m.outputs[0]
+            unscaled = _new_value(g, f"{y}_unscaled", g.types[y])
+            m.inputs[p], m.outputs = t, [unscaled]
+            pos = g.nodes.index(m)
+            g.nodes.insert(pos + 1, Node(u.op, [unscaled, c], [y], {}, g.fresh_name(f"{u.name}_after")))
+            g.nodes.remove(u)
+            prod, cons = g.producer(), g.consumers()
+            changed = True
+    return eliminate_dead_code(infer_types(g)) if changed else g
