@@ -120,6 +120,25 @@ def test_task_computations_match_their_numpy_reference(spec: str) -> None:
             np.testing.assert_allclose(got, ref[0], rtol=1e-6, atol=1e-6, err_msg=t.label)
 
 
+def test_random_inputs_of_a_norm_reach_its_square_root_positive() -> None:
+    """T5's RMS norm as exported: x^2 averaged (a kernel of its own: no elementwise op is
+    recomputed inside a reduction), then mean + eps, its square root and 1 / that. The second
+    task reads the squares: its random inputs must be positive, or the root of a negative mean
+    makes every tuning candidate a wrong answer."""
+    nodes = [Node("Pow", ["x", "two"], ["sq"], name="sq"),
+             Node("ReduceMean", ["sq"], ["m"], {"axes": [-1], "keepdims": 1}, "mean"),
+             Node("Add", ["m", "eps"], ["v"], name="eps"),
+             Node("Sqrt", ["v"], ["r"], name="root"),
+             Node("Div", ["one", "r"], ["inv"], name="inv"),
+             Node("Mul", ["x", "inv"], ["y"], name="scale")]
+    g = graph(nodes, {"x": (4, 16)}, ["y"], {"two": 2.0, "eps": 1e-6, "one": 1.0})
+    tasks = {t.workload.name: t.workload for t in prepare(g).tasks}
+    norm = next(wl for name, wl in tasks.items() if "sqrt" in name)
+    assert norm.input_ranges == [(0.5, 1.5)]
+    (got,) = evaluate_workload(norm, norm.random_inputs(np.random.default_rng(3)))
+    assert np.isfinite(got).all()
+
+
 def test_place_reuses_memory_of_dead_values_only() -> None:
     offsets, peak = place({"a": (0, 1, 1000), "b": (1, 2, 1000), "c": (2, 3, 1000), "d": (3, 4, 10)})
     assert offsets["a"] != offsets["b"] and offsets["b"] != offsets["c"]  # overlapping lifetimes

@@ -20,6 +20,27 @@ from .subgraph import OP_NAME, SubgraphWorkload, build_workload
 
 # operand positions that must stay positive in random tuning inputs (denominators, roots)
 _POSITIVE = {"Div": (1,), "Mod": (1,), "Sqrt": (0,), "Reciprocal": (0,), "Pow": (0,), "Log": (0,)}
+# ops whose result is positive when their computed operands are (a norm's mean of squares + eps
+# before its square root)
+_KEEP_POSITIVE = {"Add", "Mul", "Max", "Min", "Sqrt", "Exp", "Abs", "ReduceMean", "ReduceSum",
+                  "ReduceMax", "ReduceMin", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+
+
+def _positive_inputs(group: Group, g: Graph) -> set[str]:
+    """Values the group reads that random inputs must keep positive: the operands that must be
+    positive, and the inputs they are computed from through ops that keep a positive sign."""
+    producer = {o: n for n in group.nodes for o in n.outputs}
+    stack = [n.inputs[p] for n in group.nodes for p in _POSITIVE.get(n.op, ()) if p < len(n.inputs)]
+    need: set[str] = set()
+    while stack:
+        v = stack.pop()
+        if not v or v in need or v in g.consts:
+            continue
+        need.add(v)
+        n = producer.get(v)
+        if n is not None and n.op in _KEEP_POSITIVE:
+            stack.extend(n.inputs)
+    return need
 
 _SHORT = {
     "Conv": "conv2d",
@@ -92,6 +113,7 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
     Nodes are listed in depth-first post-order from the output and inputs numbered in first-visit
     order, so identical subgraphs give identical descriptions wherever they sit in the model."""
     producer = {o: n for n in group.nodes for o in n.outputs}
+    positive = _positive_inputs(group, g)
     node_index: dict[int, int] = {}
     nodes: list[dict] = []
     inputs: list[str] = []
@@ -109,7 +131,7 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
             return ["scalar", _json_number(c.reshape(-1)[0].item()), str(c.dtype)]
         if v not in inputs:
             inputs.append(v)
-        if pos in _POSITIVE.get(user.op, ()):
+        if v in positive:
             ranges[v] = (1, 4) if g.types[v].dtype.startswith(("int", "uint")) else (0.5, 1.5)
         if user.op in INDEXING_OPS and pos == 1 and user.inputs[0] in g.types:
             ranges[v] = (0, index_bound(user, g.types[user.inputs[0]].shape))
