@@ -192,8 +192,6 @@ def simplify_transposes(graph: Graph) -> Graph:
     return eliminate_dead_code(infer_types(g))
 
 
-
-
 def scales_after_products(graph: Graph) -> Graph:
     """A float MatMul operand multiplied or divided by a one-element constant (attention's
     ``q * s`` and ``k * s`` as exporters decompose scaled dot-product attention, ``q / sqrt(d)``):
