@@ -1,7 +1,9 @@
-"""Views sunk below elementwise ops (graph/passes/views.py): a product behind the reshapes exporters
-write around it (GPT-2's addmm on a flattened view, ViT's attention output) takes the residual add
-and the activation after the view as its epilogue. Compiled modules are checked against the numpy
-interpreter of the original graph on fresh random inputs."""
+"""Fusion across views: elementwise ops sunk below views (graph/passes/views.py), so a product behind
+the reshapes exporters write around it (GPT-2's addmm on a flattened view, ViT's attention output)
+takes the residual add and the activation as its epilogue; views, slices and constant gathers
+read in place inside kernels (graph/fusion.py); a product's scaled operands read unscaled
+(passes.scales_after_products). Compiled modules are checked against the numpy interpreter of
+the original graph on fresh random inputs."""
 
 from __future__ import annotations
 
