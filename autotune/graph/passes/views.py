@@ -133,8 +133,9 @@ def _sink_one(g: Graph, keep: list[Node]) -> bool:
 
 
 def sink_views(graph: Graph) -> Graph:
-    """Elementwise ops that read a kernel's result through single-use views are computed in the
-    kernel's shape, their result viewed in the shape they had (see the module docstring)."""
+    """Elementwise ops that read a kernel's result through views (each of the chain's values read
+    by the next view alone, the last one by elementwise ops of its shape alone) are computed in
+    the kernel's shape, their results viewed in the shape they had (see the module docstring)."""
     g = graph.copy()
     stuck: set[str] = set()
     keep: list[Node] = []  # operands' views (held, so their ids are not reused)
