@@ -21,9 +21,9 @@ from .subgraph import OP_NAME, SubgraphWorkload, build_workload
 # operand positions that must stay positive in random tuning inputs (denominators, roots)
 _POSITIVE = {"Div": (1,), "Mod": (1,), "Sqrt": (0,), "Reciprocal": (0,), "Pow": (0,), "Log": (0,)}
 # ops whose result is positive when their computed operands are (a norm's mean of squares + eps
-# before its square root)
+# before its square root); views too
 _KEEP_POSITIVE = {"Add", "Mul", "Max", "Min", "Sqrt", "Exp", "Abs", "ReduceMean", "ReduceSum",
-                  "ReduceMax", "ReduceMin", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+                  "ReduceMax", "ReduceMin"}
 
 
 def _positive_inputs(group: Group, g: Graph) -> set[str]:
@@ -38,7 +38,7 @@ def _positive_inputs(group: Group, g: Graph) -> set[str]:
             continue
         need.add(v)
         n = producer.get(v)
-        if n is not None and n.op in _KEEP_POSITIVE:
+        if n is not None and (n.op in _KEEP_POSITIVE or op_def(n.op).kind == ALIAS):
             stack.extend(n.inputs)
     return need
 
