@@ -347,6 +347,45 @@ def test_lane_wise_select_vectorizes_with_masks(check_kernel, host_target) -> No
         assert "at_vblend(" in body and "#pragma omp simd" not in body, body
 
 
+@pytest.mark.parametrize("pieces", [(2, 1, 3), (1, 2, 1)])
+def test_concat_on_channels_vectorizes_where_its_pieces_are_whole_vectors(
+    check_kernel, host_target, pieces: tuple[int, ...]  # noqa: ANN001
+) -> None:
+    """A DenseNet layer's input in NHWC: a Concat of feature maps on channels, then a per-channel
+    scale and shift and a ReLU, one kernel. Pieces of whole vectors: the piece a channel vector reads
+    from is the same for every lane, so it is chosen once per vector (a scalar test around vector
+    loads), not per channel in an ``omp simd`` loop. Pieces that split vectors still compute right
+    (lane-wise). Checked against numpy."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from autotune.graph.compiler import prepare
+
+    lanes = host_target.vector_lanes
+    whole = pieces == (2, 1, 3)
+    sizes = [p * lanes if whole else p * lanes + 1 for p in pieces]
+    names = [f"x{i}" for i in range(len(sizes))]
+    c = sum(sizes)
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [helper.make_node("Concat", names, ["cat"], axis=-1), helper.make_node("Mul", ["cat", "s"], ["m"]),
+         helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+        "dense_input",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 5, k]) for n, k in zip(names, sizes)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, c])],
+        initializer=[helper.make_tensor(n, TensorProto.FLOAT, [c], rng.standard_normal(c).tolist())
+                     for n in ("s", "b")],
+    )
+    tasks = prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).tasks
+    assert len(tasks) == 1
+    wl = tasks[0].workload
+    space = make_space(wl, host_target)
+    for cfg in space.default_configs():
+        body = kernel_body(check_kernel(wl, space.steps(cfg)))
+        if whole:
+            assert "#pragma omp simd" not in body and body.count("? at_vload(") == len(sizes) - 1, body
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.parametrize("lanes", [4, 8, 16])
 @pytest.mark.parametrize("isa", [["-march=native"], ["-march=x86-64-v3"]])  # (v3: AVX2, no AVX-512)

@@ -7,6 +7,7 @@ from typing import Callable
 from ..schedule.state import ScheduleError
 from ..te.expr import (
     FLOAT_DTYPES,
+    INT_DTYPES,
     Binary,
     Call,
     Compare,
@@ -212,12 +213,37 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int, masks: bool = False) ->
         # a mask where the renderer has them (e.g. Where(IsNaN(x), 0, x) after a softmax)
         cond = e.cond
         if var in free_vars_deep(cond):
-            if not masks:
+            if _same_on_every_lane(cond, var, base, lanes):
+                cond = simplify(_subst_deep(cond, {var: base}))
+            elif not masks:
                 raise _NotVectorizable("lane-wise condition")
-            cond = _vec_mask(cond, var, base, lanes)
+            else:
+                cond = _vec_mask(cond, var, base, lanes)
         t, f = (_vector(_vec_expr(x, var, base, lanes, masks), lanes) for x in (e.t, e.f))
         return VSelect(cond, t, f, lanes)
     raise _NotVectorizable(type(e).__name__)
+
+
+def _same_on_every_lane(cond: Expr, var: Var, base: Expr, lanes: int) -> bool:
+    """Is an integer condition provably the same for var = base .. base + lanes - 1? So it is for
+    ``var + r < k`` when ``base + r - k`` is a multiple of ``lanes``: the chunk starts on a
+    boundary of the condition (a concatenation's pieces whose sizes are multiples of the lanes)."""
+    if isinstance(cond, Not):
+        return _same_on_every_lane(cond.a, var, base, lanes)
+    if not isinstance(cond, Compare):
+        return False
+    if cond.op in ("and", "or"):
+        return all(_same_on_every_lane(x, var, base, lanes) for x in (cond.a, cond.b))
+    if cond.op not in ("lt", "le") or cond.a.dtype not in INT_DTYPES:
+        return False
+    coeff, rest = _coeff(Binary("sub", cond.a, cond.b), var)
+    if coeff not in (1, -1) or var in free_vars_deep(rest):
+        return False
+    # lane j holds where coeff * (base + j) + rest < 0 (lt), <= 0 (le); with coeff = -1 it fails
+    # where base + j - rest < 0 (lt: <= 0): the first lane of the other side must start a chunk
+    first = {(1, "lt"): base + rest, (1, "le"): base + rest - IntImm(1),
+             (-1, "lt"): base - rest - IntImm(1), (-1, "le"): base - rest}[(coeff, cond.op)]
+    return aligned(simplify(first), lanes)
 
 
 def _vec_mask(e: Expr, var: Var, base: Expr, lanes: int) -> VCompare:
