@@ -21,10 +21,14 @@ def group_key(workload_key: str, target_key: str) -> str:
 
 
 def samples_from_db(db: Any, exclude: Iterable[tuple[str, str]] = (), limit: int | None = None,
-                    seed: int = 0, workload_keys: Iterable[str] | None = None) -> list[Sample]:
+                    seed: int = 0, workload_keys: Iterable[str] | None = None,
+                    cache: dict | None = None) -> list[Sample]:
     """Samples of every (workload, target) group in ``db`` except ``exclude``. With ``limit``, at
     most that many in all, split evenly over groups: each group keeps its best few and a random rest.
-    Records whose workload cannot be rebuilt or whose steps no longer apply are skipped."""
+    Records whose workload cannot be rebuilt or whose steps no longer apply are skipped. ``cache``
+    keeps each record's features (by its id) and each rebuilt workload for the next call: the tasks
+    of one model's tuning read the same records for transfer, and lowering them is the cost."""
+    cache = {} if cache is None else cache
     skip = set(exclude)
     only = set(workload_keys) if workload_keys is not None else None
     targets = {t["key"]: make_target(t["kind"], t["fingerprint"]) for t in db.targets()}
@@ -39,10 +43,13 @@ def samples_from_db(db: Any, exclude: Iterable[tuple[str, str]] = (), limit: int
     per_group = None if limit is None or not groups else max(2, limit // len(groups))
     out: list[Sample] = []
     for (wk, tk), recs in sorted(groups.items()):
-        desc = db.workload(wk)
-        try:
-            wl = workload_from_description(desc["description"])
-        except Exception:  # noqa: BLE001 - an op this build does not know: nothing to learn from
+        if ("workload", wk) not in cache:
+            try:
+                cache["workload", wk] = workload_from_description(db.workload(wk)["description"])
+            except Exception:  # noqa: BLE001 - an op this build does not know: nothing to learn from
+                cache["workload", wk] = None
+        wl = cache["workload", wk]
+        if wl is None:
             continue
         if per_group is not None and len(recs) > per_group:
             recs = sorted(recs, key=lambda r: r.mean_s)
@@ -50,9 +57,14 @@ def samples_from_db(db: Any, exclude: Iterable[tuple[str, str]] = (), limit: int
             rest = rng.choice(len(recs) - top, size=per_group - top, replace=False) + top
             recs = recs[:top] + [recs[i] for i in sorted(rest)]
         for rec in recs:
-            try:
-                f = extract(wl, [step_from_dict(s) for s in rec.steps], targets.get(tk))
-            except Exception:  # noqa: BLE001
-                continue
-            out.append(Sample(f, group_key(wk, tk), rec.mean_s if math.isfinite(rec.mean_s) else math.inf))
+            key = ("record", rec.id if rec.id is not None else id(rec))
+            if key not in cache:
+                try:
+                    cache[key] = extract(wl, [step_from_dict(s) for s in rec.steps], targets.get(tk))
+                except Exception:  # noqa: BLE001 - steps today's code cannot replay: no sample
+                    cache[key] = None
+            f = cache[key]
+            if f is not None:
+                cost = rec.mean_s if math.isfinite(rec.mean_s) else math.inf
+                out.append(Sample(f, group_key(wk, tk), cost))
     return out

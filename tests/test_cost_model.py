@@ -181,3 +181,37 @@ def test_ranker_on_real_features_prefers_vectorized_register_tiles(matmul) -> No
     pred = model.predict(X[60:])
     truth = [1.0 / cost(c) for c in configs[60:]]
     assert spearman(pred, truth) > 0.6
+
+
+def test_transfer_samples_of_a_db_are_lowered_once_per_cache(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The tasks of one model's tuning each read the DB's other records for transfer: with a shared
+    cache each record is lowered once, and the samples are the same as without it."""
+    import cost_model.dataset as dataset
+    from autotune.search.tune import register
+    from records import MeasurementRecord, TuningDatabase
+
+    target = cpu_target()
+    db = TuningDatabase(tmp_path / "t.db")
+    rng = np.random.default_rng(3)
+    for spec in ("64,64,64", "32,48,16"):
+        wl = make_workload("matmul", spec)
+        register(db, wl, target)
+        space = make_space(wl, target)
+        for _ in range(3):
+            cfg = space.sample(rng)
+            steps = [s.to_dict() for s in space.steps(cfg)]
+            cost = (float(rng.uniform(1e-5, 1e-4)),)
+            db.add_measurement(MeasurementRecord(wl.key, target.key, cfg, steps, cost, None, verified=True))
+    calls = []
+    real = dataset.extract
+    monkeypatch.setattr(dataset, "extract", lambda *a: calls.append(1) or real(*a))
+    plain = dataset.samples_from_db(db)
+    assert len(calls) == 6 == len(plain)
+    cache: dict = {}
+    first = dataset.samples_from_db(db, cache=cache)
+    one = make_workload("matmul", "64,64,64").key
+    again = dataset.samples_from_db(db, exclude=[(one, target.key)], cache=cache)
+    assert len(calls) == 12 and len(again) == 3  # the second call lowered nothing
+    assert [(s.group, s.cost_s) for s in first] == [(s.group, s.cost_s) for s in plain]
+    assert all(np.array_equal(a.features, b.features, equal_nan=True) for a, b in zip(first, plain))
+    assert {s.group for s in again} < {s.group for s in first}

@@ -114,6 +114,7 @@ class _TaskSession:
         db: TuningDatabase,
         options: TuneOptions,
         make_measurer: Callable[[Any], Any],
+        transfer_cache: dict | None = None,
     ) -> None:
         wl = mt.task.workload
         self.wl, self.target, self.db, self.options = wl, target, db, options
@@ -122,7 +123,7 @@ class _TaskSession:
         done = db.measured_config_keys(wl.key, target.key)
         # the scheduler hands out a task's trials as it goes: no per-task budget to plan with
         context = TuneContext(wl, target, db, transfer=options.transfer, early_stop=options.early_stop,
-                              options=dict(options.tuner_options))
+                              options=dict(options.tuner_options), transfer_cache=transfer_cache)
         # a space without knobs (one config: a softmax, a pool) needs no model to search it
         self.strategy = options.strategy if self.space.knobs else "random"
         self.tuner = make_tuner(self.strategy, self.space, options.seed, done, context=context)
@@ -212,13 +213,14 @@ def tune_model(
         f"{budget} to spend (batches of {options.batch_size})"
     )
     sessions: dict[int, _TaskSession] = {}
+    transfer_cache: dict = {}  # features of the records every task's transfer reads, lowered once
     spent = rounds = errors = 0
     bar = _progress(options.progress, budget, prepared[0].graph.name)
     keys = [mt.task.key for mt in tasks]
 
     def session(i: int) -> _TaskSession:
         if i not in sessions:
-            sessions[i] = _TaskSession(tasks[i], target, db, options, make_measurer)
+            sessions[i] = _TaskSession(tasks[i], target, db, options, make_measurer, transfer_cache)
         return sessions[i]
 
     def drop(i: int, err: Exception) -> None:
@@ -285,7 +287,7 @@ def tune_model(
             continue
         try:
             if i not in sessions:
-                sessions[i] = _TaskSession(mt, target, db, options, make_measurer)
+                sessions[i] = _TaskSession(mt, target, db, options, make_measurer, transfer_cache)
             confirmed += sessions[i].confirm()
         except Exception as err:  # noqa: BLE001 - as in the rounds: the task keeps its records
             log(f"{mt.task.label}: confirming its finalists failed ({type(err).__name__}: {err})")

@@ -18,7 +18,9 @@ class TuneContext:
     this task and whose records of other workloads / targets seed the model (transfer learning,
     unless ``transfer`` is False). ``transfer_samples`` (cost_model Samples) replaces reading the DB
     for transfer, and ``feature_cache`` (config_key -> features) is shared between tuners of one
-    workload; both are for benchmarks that run many tuners. ``early_stop``: stop after this many
+    workload; both are for benchmarks that run many tuners. ``transfer_cache`` keeps the features
+    of the DB's records that transfer reads, for the tuners of one model's tasks to share
+    (``cost_model.dataset.samples_from_db``). ``early_stop``: stop after this many
     trials without a better config (None: never). ``budget``: the trials this task will get in
     all, earlier ones included (None: unknown), for tuners that change course near the end.
     """
@@ -30,5 +32,6 @@ class TuneContext:
     early_stop: int | None = None
     transfer_samples: list | None = None
     feature_cache: dict | None = None
+    transfer_cache: dict | None = None
     options: dict = field(default_factory=dict)  # extra tuner keyword options (e.g. eps, chains)
     budget: int | None = None

@@ -140,7 +140,7 @@ class ModelTuner:
 
                     self._transfer_samples = samples_from_db(
                         self.ctx.db, exclude=[(self.ctx.workload.key, self.ctx.target.key)],
-                        limit=self.max_transfer, seed=self.seed)
+                        limit=self.max_transfer, seed=self.seed, cache=self.ctx.transfer_cache)
         return self._transfer_samples
 
     def _prior_scores(self, configs: Sequence[Config]) -> np.ndarray | None:
