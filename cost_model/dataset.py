@@ -57,14 +57,19 @@ def samples_from_db(db: Any, exclude: Iterable[tuple[str, str]] = (), limit: int
             rest = rng.choice(len(recs) - top, size=per_group - top, replace=False) + top
             recs = recs[:top] + [recs[i] for i in sorted(rest)]
         for rec in recs:
-            key = ("record", rec.id if rec.id is not None else id(rec))
-            if key not in cache:
-                try:
-                    cache[key] = extract(wl, [step_from_dict(s) for s in rec.steps], targets.get(tk))
-                except Exception:  # noqa: BLE001 - steps today's code cannot replay: no sample
-                    cache[key] = None
-            f = cache[key]
+            key = ("record", rec.id)
+            f = cache[key] if key in cache else _features(wl, rec, targets.get(tk))
+            if rec.id is not None:  # (a DB's records all have their row id)
+                cache[key] = f
             if f is not None:
                 cost = rec.mean_s if math.isfinite(rec.mean_s) else math.inf
                 out.append(Sample(f, group_key(wk, tk), cost))
     return out
+
+
+def _features(wl: Any, rec: Any, target: Any) -> Any:
+    """The IR features of a record's schedule, or None where its steps no longer apply."""
+    try:
+        return extract(wl, [step_from_dict(s) for s in rec.steps], target)
+    except Exception:  # noqa: BLE001 - steps today's code cannot replay: no sample
+        return None
