@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graphs import build_graph
 
-from autotune.graph import compile_model, passes
+from autotune.graph import compile_model
 from autotune.graph.compiler import prepare
 from autotune.graph.interpreter import run_graph
-from autotune.graph.ir import Graph, Node, TensorType
+from autotune.graph.ir import Graph, Node
 from autotune.ir.lower import lower
 from autotune.schedule import ScheduleError
 from autotune.schedule.state import Schedule
@@ -24,19 +25,13 @@ def f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _graph(nodes: list[Node], inputs: dict[str, tuple], outputs: list[str], consts: dict) -> Graph:
-    types = {k: TensorType(tuple(s)) for k, s in inputs.items()}
-    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
-    return passes.infer_types(Graph("g", list(inputs), outputs, nodes, types, consts))
-
-
 def fire(side: int = 7) -> Graph:
     """A SqueezeNet fire module and an Inception-like block after it: a 1x1 and a 3x3 branch
     concatenated on channels, then three branches (one of them a max pool) concatenated again and
     read by a convolution; then a Concat whose input is also read by another node, inside a
     Concat of Concats: copies."""
     c = 16
-    return _graph(
+    return build_graph(
         [
             Node("Conv", ["x", "ws"], ["s"], {"kernel_shape": [1, 1]}, "squeeze"),
             Node("Relu", ["s"], ["sr"], name="sr"),
@@ -89,7 +84,7 @@ def test_a_model_with_concats_in_place_computes_what_the_interpreter_does(tmp_pa
 
 
 def test_a_concat_that_is_a_graph_output_is_written_in_place_into_the_callers_array(tmp_path) -> None:  # noqa: ANN001
-    g = _graph(
+    g = build_graph(
         [Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
          Node("Conv", ["x", "w2"], ["b"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "c2"),
          Node("Concat", ["a", "b"], ["out"], {"axis": 1}, "cat")],

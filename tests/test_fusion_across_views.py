@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graphs import build_graph
 
 from autotune.graph import compile_model, passes
 from autotune.graph.compiler import prepare
@@ -81,12 +82,6 @@ def test_sunk_views_compute_what_the_interpreter_does(tmp_path) -> None:  # noqa
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
-def _graph(nodes: list[Node], inputs: dict[str, tuple], consts: dict, outputs: list[str]) -> Graph:
-    types = {k: TensorType(s) for k, s in inputs.items()}
-    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
-    return passes.infer_types(Graph("g", list(inputs), outputs, nodes, types, consts))
-
-
 def heads() -> Graph:
     """Attention's head split as exporters write it: a [S, 3E] product viewed as [S, 3, H, D],
     transposed, one of the three picked by a Gather, viewed with a batch dim and scaled; K
@@ -110,7 +105,7 @@ def heads() -> Graph:
     consts = {"wqkv": f32(16, 3 * h * d), "split": i64(s, 3, h, d), "zero": np.asarray(0, np.int64),
               "ax0": i64(0), "scale": np.asarray([0.35], np.float32), "merge": i64(s, h * s),
               "khead": i64(1, h, d, s)}
-    return _graph(nodes, {"x": (s, 16), "kin": (s, h * d)}, consts, ["y"])
+    return build_graph(nodes, {"x": (s, 16), "kin": (s, h * d)}, ["y"], consts)
 
 
 def test_copies_fuse_across_views_and_a_split_view_reads_into_a_product() -> None:
@@ -137,16 +132,16 @@ def test_a_view_that_merges_dims_is_not_read_inside_a_product() -> None:
     nodes = [Node("Transpose", ["a"], ["t"], {"perm": [1, 0, 2]}, "t"),
              Node("Reshape", ["t", "merge"], ["m"], name="merge"),
              Node("MatMul", ["m", "w"], ["y"], name="mm")]
-    g = _graph(nodes, {"a": (2, 6, 8)}, {"merge": i64(6, 16), "w": f32(16, 4)}, ["y"])
+    g = build_graph(nodes, {"a": (2, 6, 8)}, ["y"], {"merge": i64(6, 16), "w": f32(16, 4)})
     assert _kernel_ops(g) == [["Transpose"], ["MatMul"]]
     nodes[1] = Node("Reshape", ["t", "split"], ["m"], name="split")
-    g = _graph(nodes, {"a": (2, 6, 8)}, {"split": i64(6, 2, 2, 4), "w": f32(4, 3)}, ["y"])
+    g = build_graph(nodes, {"a": (2, 6, 8)}, ["y"], {"split": i64(6, 2, 2, 4), "w": f32(4, 3)})
     assert _kernel_ops(g) == [["Transpose", "Reshape", "MatMul"]]
     # a merging view inside a copy of transposes keeps that copy out of the product too
     nodes[1:] = [Node("Reshape", ["t", "merge"], ["m"], name="merge"),
                  Node("Transpose", ["m"], ["mt"], {"perm": [1, 0]}, "t2"),
                  Node("MatMul", ["w", "mt"], ["y"], name="mm")]
-    g = _graph(nodes, {"a": (2, 6, 8)}, {"merge": i64(6, 16), "w": f32(5, 16)}, ["y"])
+    g = build_graph(nodes, {"a": (2, 6, 8)}, ["y"], {"merge": i64(6, 16), "w": f32(5, 16)})
     assert _kernel_ops(g) == [["Transpose", "Reshape", "Transpose"], ["MatMul"]]
 
 
@@ -156,7 +151,7 @@ def test_two_products_behind_views_give_the_add_to_one_of_them(tmp_path) -> None
              Node("Reshape", ["m1", "up"], ["v1"], name="v1"),
              Node("Reshape", ["m2", "up"], ["v2"], name="v2"),
              Node("Add", ["v1", "v2"], ["y"], name="add")]
-    g = _graph(nodes, {"x": (8, 16)}, {"w1": f32(16, 32), "w2": f32(16, 32), "up": i64(1, 8, 32)}, ["y"])
+    g = build_graph(nodes, {"x": (8, 16)}, ["y"], {"w1": f32(16, 32), "w2": f32(16, 32), "up": i64(1, 8, 32)})
     assert sorted(_kernel_ops(g)) == [["MatMul"], ["MatMul", "Add"]]
     x = f32(8, 16)
     (ref,) = run_graph(g, {"x": x})
@@ -183,7 +178,7 @@ def shuffle_unit() -> Graph:
     ]
     consts = {"s0": i64(0), "s4": i64(4), "s8": i64(8), "ax1": i64(1), "w1": f32(4, 4, 1, 1),
               "w2": f32(4, 4, 1, 1), "groups": i64(1, 2, 4, 6, 6), "back": i64(1, 8, 6, 6)}
-    return _graph(nodes, {"x": (1, 8, 6, 6)}, consts, ["out"])
+    return build_graph(nodes, {"x": (1, 8, 6, 6)}, ["out"], consts)
 
 
 def test_a_channel_slice_is_read_inside_the_convolution() -> None:
@@ -210,7 +205,8 @@ def test_a_gather_of_one_constant_index_is_read_inside_the_product(tmp_path, ind
              Node("Reshape", ["v", "heads"], ["vh"], name="heads"),
              Node("Transpose", ["vh"], ["vt"], {"perm": [0, 2, 1, 3]}, "vt"),
              Node("MatMul", ["p", "vt"], ["y"], name="pv")]
-    g = _graph(nodes, {"qkv": (3, 6, 16), "p": (1, 2, 6, 6)}, {"i": index, "heads": i64(1, 6, 2, 8)}, ["y"])
+    consts = {"i": index, "heads": i64(1, 6, 2, 8)}
+    g = build_graph(nodes, {"qkv": (3, 6, 16), "p": (1, 2, 6, 6)}, ["y"], consts)
     assert g.types["v"].shape == ((6, 16) if index.ndim == 0 else (1, 6, 16))
     assert _kernel_ops(g) == [["Gather", "Reshape", "Transpose", "MatMul"]]
     feeds = {"qkv": f32(3, 6, 16), "p": f32(1, 2, 6, 6)}
@@ -228,7 +224,7 @@ def test_scaled_operands_of_a_product_become_its_epilogue(tmp_path) -> None:  # 
              Node("Div", ["kt", "d"], ["ks"], name="ks"),
              Node("MatMul", ["qs", "ks"], ["y"], name="qk")]
     consts = {"s": np.asarray([0.5], np.float32), "d": np.asarray(1.7, np.float32)}
-    g = _graph(nodes, {"q": (2, 5, 8), "k": (2, 5, 8)}, consts, ["y"])
+    g = build_graph(nodes, {"q": (2, 5, 8), "k": (2, 5, 8)}, ["y"], consts)
     assert _kernel_ops(g) == [["Transpose", "MatMul", "Div", "Mul"]]
     feeds = {"q": f32(2, 5, 8), "k": f32(2, 5, 8)}
     (ref,) = run_graph(g, feeds)

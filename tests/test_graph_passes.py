@@ -10,23 +10,18 @@ import pytest
 
 pytest.importorskip("onnx")
 
+from graphs import build_graph  # noqa: E402
+
 from autotune.graph import passes, zoo  # noqa: E402
 from autotune.graph.frontend import from_onnx  # noqa: E402
 from autotune.graph.interpreter import run_graph  # noqa: E402
-from autotune.graph.ir import Graph, Node, TensorType  # noqa: E402
+from autotune.graph.ir import Graph, Node  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
 
 def f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def graph(nodes: list[Node], inputs: dict[str, tuple], outputs: list[str], consts: dict) -> Graph:
-    types = {k: TensorType(tuple(s)) for k, s in inputs.items()}
-    consts = {k: np.asarray(v) for k, v in consts.items()}
-    types.update({k: TensorType(tuple(v.shape), str(v.dtype)) for k, v in consts.items()})
-    return passes.infer_types(Graph("t", list(inputs), outputs, nodes, types, consts))
 
 
 def same_outputs(a: Graph, b: Graph, rtol: float = 1e-5) -> None:
@@ -40,7 +35,7 @@ def ops(g: Graph) -> list[str]:
 
 
 def test_fold_constants_and_dead_code() -> None:
-    g = graph(
+    g = build_graph(
         [
             Node("Mul", ["c1", "c2"], ["c3"], name="m"),
             Node("Add", ["x", "c3"], ["y"], name="a"),
@@ -59,7 +54,7 @@ def test_fold_constants_and_dead_code() -> None:
 def test_batch_norm_folds_into_the_conv() -> None:
     c = 4
     bn = [np.float32(1.0) + f32(c) ** 2, f32(c), f32(c), np.float32(0.5) + f32(c) ** 2]
-    g = graph(
+    g = build_graph(
         [
             Node("Conv", ["x", "w"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "conv"),
             Node("BatchNormalization", ["y", "s", "b", "m", "v"], ["z"], {"epsilon": 1e-5}, "bn"),
@@ -75,7 +70,7 @@ def test_batch_norm_folds_into_the_conv() -> None:
 
 
 def test_batch_norm_without_a_conv_becomes_mul_add() -> None:
-    g = graph(
+    g = build_graph(
         [Node("BatchNormalization", ["x", "s", "b", "m", "v"], ["z"], {}, "bn")],
         {"x": (2, 3, 4, 4)},
         ["z"],
@@ -88,7 +83,7 @@ def test_batch_norm_without_a_conv_becomes_mul_add() -> None:
 
 
 def test_gemm_becomes_matmul_with_pretransposed_weights() -> None:
-    g = graph(
+    g = build_graph(
         [Node("Gemm", ["x", "w", "c"], ["y"], {"transB": 1, "alpha": 0.5, "beta": 2.0}, "gemm")],
         {"x": (3, 5)},
         ["y"],
@@ -121,7 +116,7 @@ def test_erf_gelu_patterns_become_one_gelu(form: str) -> None:
     else:
         nodes += [Node("Mul", ["x", "a"], ["m"]), Node("Mul", ["m", "half"], ["y"])]
     nodes.append(Node("Relu", ["y"], ["out"]))
-    g = graph(nodes, {"x": (2, 8)}, ["out"], consts)
+    g = build_graph(nodes, {"x": (2, 8)}, ["out"], consts)
     fused = passes.fuse_gelu(g)
     assert ops(fused) == ["Gelu", "Relu"]
     same_outputs(g, fused)
@@ -137,12 +132,12 @@ def test_gelu_pattern_with_a_shared_intermediate_is_left_alone() -> None:
         Node("Mul", ["m", "half"], ["y"]),
         Node("Add", ["y", "e"], ["out"]),
     ]
-    g = graph(nodes, {"x": (4,)}, ["out"], consts)
+    g = build_graph(nodes, {"x": (4,)}, ["out"], consts)
     assert "Gelu" not in ops(passes.fuse_gelu(g))
 
 
 def test_transposes_compose_cancel_and_become_reshapes() -> None:
-    g = graph(
+    g = build_graph(
         [
             Node("Transpose", ["x"], ["t1"], {"perm": [0, 2, 3, 1]}),
             Node("Transpose", ["t1"], ["t2"], {"perm": [0, 3, 1, 2]}),
@@ -186,7 +181,7 @@ def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa
     c, side = 8, 5
     shape5 = np.asarray([1, 2, c, side, side], np.int64)
     shape4 = np.asarray([1, 2 * c, side, side], np.int64)
-    g = graph(
+    g = build_graph(
         [
             Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
             Node("Conv", ["x", "w2"], ["b"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "c2"),
@@ -217,7 +212,7 @@ def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa
     (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
     # a split to 5-d read by two nodes is no shuffle: left as it was
-    two = graph(
+    two = build_graph(
         [Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
          Node("Reshape", ["a", "shape5"], ["r5"], name="split"),
          Node("Relu", ["r5"], ["o1"], name="u1"), Node("Neg", ["r5"], ["o2"], name="u2")],
