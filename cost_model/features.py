@@ -310,9 +310,22 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
     ops = [0, 0]
     vec_pos = next((i for i in range(len(loops) - 1, -1, -1) if loops[i].kind == "vectorize"), None)
     write, wavg = _access_features(_Access(s.buffer, s.index), loops, env, trip, vec_pos, ops)
-    # the read-modify-write of an accumulator is part of the write access
-    read_feats = [_access_features(r, loops, env, trip, vec_pos, ops)[0]
-                  for r in reads if r.buffer is not s.buffer]
+    # the read-modify-write of an accumulator is part of the write access; a load whose index
+    # node several reads share (an expanded epilogue's) is evaluated once and counted each time
+    read_feats = []
+    done: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+    for r in reads:
+        if r.buffer is s.buffer:
+            continue
+        key = (id(r.buffer), id(r.index))
+        if key not in done:
+            before = list(ops)
+            vals = _access_features(r, loops, env, trip, vec_pos, ops)[0]
+            done[key] = (vals, [a - b for a, b in zip(ops, before)])
+        else:
+            ops[0] += done[key][1][0]
+            ops[1] += done[key][1][1]
+        read_feats.append(list(done[key][0]))
     ia, idm = ops
     per_exec_flops = sum(counts[:5])
     f[0:6] = np.asarray(counts, dtype=np.float64) * trip

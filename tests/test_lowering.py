@@ -294,6 +294,26 @@ def test_epilogue_region(check_kernel) -> None:  # noqa: ANN001
     check_kernel(wl, steps)
 
 
+def test_an_epilogue_reading_its_input_many_times_is_lowered_once_per_read(check_kernel) -> None:  # noqa: ANN001
+    """GELU reads its input at one index many times (one shared read node): inlining, substitution
+    and lowering keep that one node, so the search's lowering costs what the distinct reads cost."""
+    from autotune.te.expr import TensorRead, distinct_nodes, walk
+
+    wl = te.make_workload("dense_bias_gelu", [13, 21, 11])
+    body = wl.outputs[0].body
+    reads = [n for n in walk(body) if isinstance(n, TensorRead)]
+    assert len(reads) > 10 and len([n for n in distinct_nodes(body) if isinstance(n, TensorRead)]) == 1
+    for steps in ([ComputeInlineStep("bias_add")],
+                  [ComputeInlineStep("bias_add"), TileStep("gelu", "i0", "i1", 4, 8),
+                   ComputeAtStep("dense", "gelu", "i1.0")]):
+        func = lower(apply_steps(wl.outputs, steps), wl.args, simplify_ir=False)
+        store = next(s for s in stmts(func.body) if isinstance(s, Store) and s.buffer.name == "gelu")
+        loads = [n for n in walk(store.value) if isinstance(n, Load)]
+        assert len(loads) == 2 * len(reads)  # the dense value and the bias, at every read
+        assert len({id(n) for n in loads}) == 2
+        check_kernel(wl, steps)
+
+
 def test_compute_at_with_gathered_rows(check_kernel) -> None:  # noqa: ANN001
     import numpy as np
 

@@ -21,6 +21,7 @@ from ..te.expr import (
     Var,
     all_of,
     children,
+    distinct_nodes,
     free_vars,
     rebuild,
     substitute,
@@ -422,9 +423,8 @@ class _Lowerer:
         if att.scope == "shared":
             ranges.update(threads)
         uses: list[tuple[list[Expr], dict[Var, tuple[int, int]]]] = []
-        for n in walk(target.body):
-            if isinstance(n, TensorRead) and n.tensor is att.tensor:
-                uses.append(([substitute(i, target_axis_value) for i in n.indices], ranges))
+        for indices in _distinct_reads(target.body, att.tensor):
+            uses.append(([substitute(i, target_axis_value) for i in indices], ranges))
         deeper = [o for lp in target.leaf_loops[pos:] for o in self.attached.get(lp, [])]
         for other in deeper:
             if other is att or att.tensor not in other.reads():
@@ -444,9 +444,8 @@ class _Lowerer:
             for a in other.reduce_axes:
                 values[a.var] = fresh[a.var]
                 o_ranges[fresh[a.var]] = (0, a.extent - 1)
-            for n in walk(other.body):
-                if isinstance(n, TensorRead) and n.tensor is att.tensor:
-                    uses.append(([substitute(i, values) for i in n.indices], o_ranges))
+            for indices in _distinct_reads(other.body, att.tensor):
+                uses.append(([substitute(i, values) for i in indices], o_ranges))
         region = infer_region(att.tensor, uses)
         if att.scope == "prepacked":
             inner = [lvar[lp] for lp in target.leaf_loops[: pos + 1]]  # the loops around the copy
@@ -513,19 +512,27 @@ class _Lowerer:
             idx = [placed.slot] + idx
         return flat_index(placed.buffer.shape, idx)
 
-    def lower_expr(self, e: Expr, axis_value: dict[Var, Expr]) -> Expr:
+    def lower_expr(self, e: Expr, axis_value: dict[Var, Expr], done: dict[int, Expr] | None = None) -> Expr:
+        """``e`` with tensor reads turned into loads of the placed buffers; a subexpression shared
+        by several parents is lowered once (``done``, by node) and stays shared."""
         if isinstance(e, Var):
             return axis_value.get(e, e)
+        if done is None:
+            done = {}
+        out = done.get(id(e))
+        if out is not None:
+            return out
         if isinstance(e, TensorRead):
             if e.tensor not in self.placed:
                 raise ScheduleError(f"tensor {e.tensor.name} is read before it is computed")
-            idx = [self.lower_expr(i, axis_value) for i in e.indices]
+            idx = [self.lower_expr(i, axis_value, done) for i in e.indices]
             p = self.placed[e.tensor]
-            return Load(p.buffer, self._index(e.tensor, p, idx))
-        kids = tuple(children(e))
-        if not kids:
-            return e
-        return rebuild(e, tuple(self.lower_expr(k, axis_value) for k in kids))
+            out = Load(p.buffer, self._index(e.tensor, p, idx))
+        else:
+            kids = tuple(children(e))
+            out = rebuild(e, tuple(self.lower_expr(k, axis_value, done) for k in kids)) if kids else e
+        done[id(e)] = out
+        return out
 
 
 def pipeline_wait(depth: int) -> int:
@@ -537,6 +544,16 @@ def src_index_vars(copy_stage: Stage) -> list[Var]:
     """Per source dim, the copy axis variable that indexes it (cache_read bodies read
     ``src[..]`` with one copy axis per dim)."""
     return list(copy_stage.body.indices)
+
+
+def _distinct_reads(body: Expr, tensor: Tensor) -> list[tuple[Expr, ...]]:
+    """The index tuples with which ``body`` reads ``tensor``, each distinct tuple once (an expanded
+    epilogue such as GELU's reads its input many times at the same index)."""
+    out: dict[tuple, tuple[Expr, ...]] = {}
+    for n in distinct_nodes(body):
+        if isinstance(n, TensorRead) and n.tensor is tensor:
+            out.setdefault(tuple(expr_key(i) for i in n.indices), n.indices)
+    return list(out.values())
 
 
 def _rename(s: Stmt, mapping: dict[Var, Var]) -> Stmt:

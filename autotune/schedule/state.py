@@ -91,10 +91,10 @@ class Stage:
         raise ScheduleError(f"stage {self.name} has no loop {name!r} (loops: {self.leaf_loops})")
 
     def reads(self) -> list[Tensor]:
-        from ..te.expr import walk
+        from ..te.expr import distinct_nodes
 
         out: list[Tensor] = []
-        for node in walk(self.body):
+        for node in distinct_nodes(self.body):
             if isinstance(node, TensorRead) and node.tensor not in out:
                 out.append(node.tensor)
         return out
@@ -247,14 +247,24 @@ def compute_inline(sch: Schedule, stage: Stage) -> None:
     stage.inlined = True
 
 
-def _inline_into(e: Expr, stage: Stage) -> Expr:
+def _inline_into(e: Expr, stage: Stage, done: dict[int, Expr] | None = None) -> Expr:
+    """``e`` with the stage's reads replaced by its body; a subexpression several parents share is
+    rewritten once (``done``, by node) and stays shared."""
+    if done is None:
+        done = {}
+    out = done.get(id(e))
+    if out is not None:
+        return out
     kids = tuple(expr_children(e))
-    new = tuple(_inline_into(k, stage) for k in kids)
+    new = tuple(_inline_into(k, stage, done) for k in kids)
     if isinstance(e, TensorRead) and e.tensor is stage.tensor:
-        return substitute(stage.body, {a.var: i for a, i in zip(stage.axes, new)})
-    if all(n is k for n, k in zip(new, kids)):
-        return e
-    return rebuild(e, new)
+        out = substitute(stage.body, {a.var: i for a, i in zip(stage.axes, new)})
+    elif all(n is k for n, k in zip(new, kids)):
+        out = e
+    else:
+        out = rebuild(e, new)
+    done[id(e)] = out
+    return out
 
 
 def compute_at(sch: Schedule, stage: Stage, target: Stage, loop: Loop) -> None:

@@ -419,6 +419,19 @@ def walk(e: Expr) -> Iterable[Expr]:
         stack.extend(reversed(tuple(children(node))))
 
 
+def distinct_nodes(e: Expr) -> Iterable[Expr]:
+    """The nodes of an expression, pre-order, each node object once: a subexpression that several
+    parents share (an inlined epilogue reads its input many times) is not walked again."""
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            stack.extend(reversed(tuple(children(node))))
+
+
 def rebuild(e: Expr, kids: Sequence[Expr]) -> Expr:
     """A copy of ``e`` with new children (same order as :func:`children`)."""
     if isinstance(e, Binary):
@@ -441,16 +454,22 @@ def rebuild(e: Expr, kids: Sequence[Expr]) -> Expr:
 
 
 def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
-    """Replace variables by expressions."""
-    if isinstance(e, Var):
-        return mapping.get(e, e)
-    kids = tuple(children(e))
-    if not kids:
-        return e
-    new = tuple(substitute(k, mapping) for k in kids)
-    if all(n is k for n, k in zip(new, kids)):
-        return e
-    return rebuild(e, new)
+    """Replace variables by expressions. A subexpression shared by several parents (an expanded
+    epilogue reads its input many times) is rewritten once, and the result shares it too."""
+    done: dict[int, Expr] = {}
+
+    def visit(x: Expr) -> Expr:
+        if isinstance(x, Var):
+            return mapping.get(x, x)
+        out = done.get(id(x))
+        if out is None:
+            kids = tuple(children(x))
+            new = tuple(visit(k) for k in kids)
+            out = x if all(n is k for n, k in zip(new, kids)) else rebuild(x, new)
+            done[id(x)] = out
+        return out
+
+    return visit(e)
 
 
 def free_vars(e: Expr) -> set[Var]:
