@@ -345,6 +345,54 @@ def test_forked_feature_extraction_matches_serial(small, monkeypatch: pytest.Mon
     np.testing.assert_array_equal(serial, forked)
 
 
+def test_a_fork_pool_keeps_its_workers_for_several_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from autotune import parallel
+
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    with parallel.ForkPool(_pid_plus, 10) as pool:
+        first = pool.map(list(range(8)))
+        workers = {w.pid for w in pool._pool._pool}
+        second = pool.map(list(range(8, 16)))
+        assert {w.pid for w in pool._pool._pool} == workers  # the same processes, not a new fork
+    assert [v for v, _ in first + second] == list(range(10, 26))
+    assert len(workers) == 2 and os.getpid() not in workers
+    assert {p for _, p in first + second} <= workers
+    assert pool._pool is None  # closed with the block
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 1)  # no core to spare: in this process
+    assert parallel.fork_map(_pid_plus, 0, [1, 2, 3, 4]) == [(i, os.getpid()) for i in (1, 2, 3, 4)]
+
+
+def _pid_plus(ctx: int, x: int) -> tuple[int, int]:
+    import os
+
+    return ctx + x, os.getpid()
+
+
+def test_a_proposed_batch_lowers_its_candidates_in_one_pool(small, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Annealing scores its candidates in a dozen steps; all of them go to one pool of workers."""
+    from autotune import parallel
+
+    pools: list[int] = []
+    real_map = parallel.ForkPool.map
+
+    def counting_map(self, items):  # noqa: ANN001, ANN202
+        pools.append(id(self))
+        return real_map(self, items)
+
+    monkeypatch.setattr(parallel.ForkPool, "map", counting_map)
+    ctx = TuneContext(small.workload, small.target, None)
+    tuner = make_tuner("xgb", small.space, 0, set(), context=ctx)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        batch = tuner.next_batch(8)
+        tuner.update(batch, list(rng.uniform(1e-5, 2e-5, len(batch))))
+    pools.clear()
+    assert len(tuner.next_batch(8)) == 8
+    assert len(pools) > 3 and len(set(pools)) == 1
+
+
 def test_model_tuner_on_a_space_without_knobs() -> None:
     from autotune.target import cpu_target
     from autotune.te import make_workload

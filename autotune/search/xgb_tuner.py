@@ -13,7 +13,7 @@ import numpy as np
 from records import config_key
 from schedules import Config, SearchSpace
 
-from ..parallel import fork_map
+from ..parallel import ForkPool, fork_map
 from .context import TuneContext
 
 
@@ -88,6 +88,7 @@ class ModelTuner:
         self.since_best = 0
         self.pool: list[Config] = []  # annealing states carried from batch to batch
         self._transfer_samples: list | None = None
+        self._lowering: ForkPool | None = None  # the workers of the batch being proposed
         self._dirty = True
         self.trained = False
         self.stopped = False
@@ -118,9 +119,13 @@ class ModelTuner:
 
         out = np.full((len(configs), NUM_FEATURES), np.nan)
         todo = {config_key(c): c for c in configs if config_key(c) not in self.cache}
-        if todo:  # lowering is pure Python: spread over spare cores (the GPU host has 16)
-            job = (self.ctx.workload, self.space, self.ctx.target)
-            for k, f in zip(todo, fork_map(_features_or_none, job, list(todo.values()))):
+        if todo:  # lowering is pure Python: spread over the cores (the batch's pool if open)
+            items = list(todo.values())
+            if self._lowering is not None:
+                rows = self._lowering.map(items)
+            else:
+                rows = fork_map(_features_or_none, (self.ctx.workload, self.space, self.ctx.target), items)
+            for k, f in zip(todo, rows):
                 self.cache[k] = f
         for i, c in enumerate(configs):
             f = self.cache[config_key(c)]
@@ -363,6 +368,18 @@ class ModelTuner:
                 near.append(code)
 
     def next_batch(self, n: int) -> list[Config]:
+        """Up to ``n`` unmeasured configs; the candidates it lowers for their features share one
+        pool of forked workers (``autotune.parallel``)."""
+        if self.ctx is None:
+            return self._next_batch(n)
+        with ForkPool(_features_or_none, (self.ctx.workload, self.space, self.ctx.target)) as pool:
+            self._lowering = pool
+            try:
+                return self._next_batch(n)
+            finally:
+                self._lowering = None
+
+    def _next_batch(self, n: int) -> list[Config]:
         if self.early_stop is not None and self.since_best >= self.early_stop and self.measured:
             self.stopped = True
             return []
