@@ -473,4 +473,4 @@ def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
 
 
 def free_vars(e: Expr) -> set[Var]:
-    return {n for n in walk(e) if isinstance(n, Var)}
+    return {n for n in distinct_nodes(e) if isinstance(n, Var)}

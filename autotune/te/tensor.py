@@ -59,11 +59,11 @@ class Tensor:
     @property
     def inputs(self) -> list[Tensor]:
         """Tensors read by this tensor's body, in first-use order."""
-        from .expr import walk
+        from .expr import distinct_nodes
 
         seen: list[Tensor] = []
         if self.body is not None:
-            for node in walk(self.body):
+            for node in distinct_nodes(self.body):
                 if isinstance(node, TensorRead) and node.tensor not in seen:
                     seen.append(node.tensor)
         return seen
@@ -114,9 +114,9 @@ def compute(
 
 
 def _check_reduce_nesting(e: Expr) -> None:
-    from .expr import walk
+    from .expr import distinct_nodes
 
-    for node in walk(e):
+    for node in distinct_nodes(e):
         if isinstance(node, Reduce):
             raise ValueError("a reduction must be the whole body of a compute, not nested in it")
 
