@@ -30,12 +30,13 @@ def _call(item: Any) -> Any:
 
 class ForkPool:
     """``map(items)`` is ``[fn(ctx, x) for x in items]``, spread over worker processes forked on
-    first need and kept until ``close`` (or the end of a ``with`` block); serial on a machine with
-    fewer than ``MIN_CORES`` cores or for fewer than ``min_items`` items. Results must pickle;
-    ``fn`` should catch what it wants to keep going."""
+    first need (one per core, at most ``max_workers``) and kept until ``close`` (or the end of a
+    ``with`` block); serial on a machine with fewer than ``MIN_CORES`` cores or for fewer than
+    ``min_items`` items. Results must pickle; ``fn`` should catch what it wants to keep going."""
 
-    def __init__(self, fn: Callable[[Any, Any], Any], ctx: Any, min_items: int = 4) -> None:
-        self.fn, self.ctx, self.min_items = fn, ctx, min_items
+    def __init__(self, fn: Callable[[Any, Any], Any], ctx: Any, min_items: int = 4,
+                 max_workers: int | None = None) -> None:
+        self.fn, self.ctx, self.min_items, self.max_workers = fn, ctx, min_items, max_workers
         self._pool: Any = None
         self._workers = 0
 
@@ -45,9 +46,9 @@ class ForkPool:
         if len(items) < self.min_items or cores < MIN_CORES or not forkable:
             return [self.fn(self.ctx, x) for x in items]
         if self._pool is None:
-            self._workers = cores
+            self._workers = min(cores, self.max_workers or cores)
             self._pool = multiprocessing.get_context("fork").Pool(
-                cores, initializer=_set_job, initargs=(self.fn, self.ctx))
+                self._workers, initializer=_set_job, initargs=(self.fn, self.ctx))
         chunk = max(1, len(items) // (4 * self._workers))
         return self._pool.map(_call, items, chunksize=chunk)
 
@@ -67,6 +68,7 @@ class ForkPool:
 
 
 def fork_map(fn: Callable[[Any, Any], Any], ctx: Any, items: Sequence[Any], min_items: int = 4) -> list[Any]:
-    """``[fn(ctx, x) for x in items]`` through a ``ForkPool`` of its own."""
-    with ForkPool(fn, ctx, min_items) as pool:
+    """``[fn(ctx, x) for x in items]`` through a ``ForkPool`` of its own (no more workers than
+    items)."""
+    with ForkPool(fn, ctx, min_items, max_workers=len(items)) as pool:
         return pool.map(items)
