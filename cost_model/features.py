@@ -325,7 +325,7 @@ def _store_features(s: Store, loops: list[_Loop], allocs: list[Buffer], guards: 
         else:
             ops[0] += done[key][1][0]
             ops[1] += done[key][1][1]
-        read_feats.append(list(done[key][0]))
+        read_feats.append(done[key][0])  # (read only below: duplicates may share the list)
     ia, idm = ops
     per_exec_flops = sum(counts[:5])
     f[0:6] = np.asarray(counts, dtype=np.float64) * trip

@@ -124,7 +124,7 @@ class ModelTuner:
             if self._lowering is not None:
                 rows = self._lowering.map(items)
             else:
-                rows = fork_map(_features_or_none, (self.ctx.workload, self.space, self.ctx.target), items)
+                rows = fork_map(_features_or_none, self._lowering_job(), items)
             for k, f in zip(todo, rows):
                 self.cache[k] = f
         for i, c in enumerate(configs):
@@ -132,6 +132,10 @@ class ModelTuner:
             if f is not None:
                 out[i] = f
         return out
+
+    def _lowering_job(self) -> tuple:
+        """What a worker needs to lower a config of this task for its features."""
+        return self.ctx.workload, self.space, self.ctx.target
 
     def transfer_samples(self) -> list:
         """Samples of other workloads / targets (loaded once; [] when transfer is off)."""
@@ -372,7 +376,7 @@ class ModelTuner:
         pool of forked workers (``autotune.parallel``)."""
         if self.ctx is None:
             return self._next_batch(n)
-        with ForkPool(_features_or_none, (self.ctx.workload, self.space, self.ctx.target)) as pool:
+        with ForkPool(_features_or_none, self._lowering_job()) as pool:
             self._lowering = pool
             try:
                 return self._next_batch(n)
