@@ -219,3 +219,29 @@ def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa
         {"x": (1, 3, side, side)}, ["o1", "o2"], {"w1": f32(2 * c, 3, 1, 1), "shape5": shape5},
     )
     same_outputs(two, passes.convert_layout(two, "NHWC"))
+
+
+def test_a_split_on_channels_runs_nhwc(tmp_path) -> None:  # noqa: ANN001
+    """Split (opset 18, ``num_outputs``: how the dynamo exporter writes ShuffleNet's chunk) becomes
+    Slices whose bounds are attributes; in NHWC their axis moves with the channels."""
+    c, side = 8, 5
+    g = build_graph(
+        [
+            Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
+            Node("Split", ["a"], ["left", "right"], {"axis": 1, "num_outputs": 2}, "halves"),
+            Node("Conv", ["right", "w2"], ["rc"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "c2"),
+            Node("Concat", ["rc", "left"], ["out"], {"axis": 1}, "cat"),
+        ],
+        {"x": (1, 3, side, side)},
+        ["out"],
+        {"w1": f32(2 * c, 3, 1, 1), "w2": f32(c, c, 3, 3)},
+    )
+    nhwc = passes.convert_layout(passes.split_to_slices(g), "NHWC")
+    assert [n.attrs["_axes"] for n in nhwc.nodes if n.op == "Slice"] == [[3], [3]]
+    same_outputs(g, nhwc)
+    from autotune.graph import compile_model
+
+    x = f32(1, 3, side, side)
+    (ref,) = run_graph(g, {"x": x})
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))

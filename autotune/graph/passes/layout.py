@@ -128,8 +128,12 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
         elif n.op == "Concat" and all(four_d(i) for i in ins) and any(i in nhwc for i in ins):
             n.inputs = [as_nhwc(i) for i in n.inputs]
             n.attrs = dict(n.attrs, axis=_nhwc_axis(int(n.attrs.get("axis", 0))))
+        elif n.op == "Slice" and n.inputs[0] in nhwc and "_axes" in n.attrs:
+            # a piece of a Split (split_to_slices): its bounds are attributes already
+            n.attrs = dict(n.attrs, _axes=[_nhwc_axis(int(a)) for a in n.attrs["_axes"]])
         elif (
-            n.op == "Slice" and n.inputs[0] in nhwc and all(i in g.consts for i in n.inputs[1:] if i)
+            n.op == "Slice" and n.inputs[0] in nhwc and len(n.inputs) >= 3
+            and all(i in g.consts for i in n.inputs[1:] if i)
         ):
             starts = g.consts[n.inputs[1]]
             axes = g.consts[n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else np.arange(len(starts))
