@@ -116,8 +116,8 @@ def _vit_tiny() -> Any:
         image_size=IMAGE, patch_size=16, num_layers=2, num_heads=2, hidden_dim=128, mlp_dim=512)
 
 
-def _image(size: int = IMAGE) -> tuple[InputSpec, ...]:
-    return (InputSpec("x", "image", (1, 3, size, size)),)
+def _image(size: int = IMAGE, width: int | None = None, batch: int = 1) -> tuple[InputSpec, ...]:
+    return (InputSpec("x", "image", (batch, 3, size, width or size)),)
 
 
 # --- Hugging Face -----------------------------------------------------------------------------------
@@ -212,6 +212,19 @@ def _specs() -> list[ModelSpec]:
         ("wide_resnet50_2", "Wide-ResNet", 21, _tv("wide_resnet50_2"), _image(), ""),
         ("maxvit_t", "MaxViT", 22, _tv("maxvit_t"), _image(), ""),
         ("vit_b_16", "ViT", 23, _tv("vit_b_16"), _image(), ""),
+        # other widths, depths and input shapes of the families above
+        ("shufflenet_v2_x0_5", "ShuffleNet", 29, _tv("shufflenet_v2_x0_5"), _image(), ""),
+        ("mnasnet0_75", "MNASNet", 29, _tv("mnasnet0_75"), _image(), ""),
+        ("mobilenet_v2_193x257", "MobileNet V2", 29, _tv("mobilenet_v2"), _image(193, 257),
+         "193x257 input"),
+        ("regnet_y_800mf", "RegNet", 30, _tv("regnet_y_800mf"), _image(), ""),
+        ("efficientnet_b1", "EfficientNet V1", 30, _tv("efficientnet_b1"), _image(240), "240x240 input"),
+        ("efficientnet_b0_batch2", "EfficientNet V1", 30, _tv("efficientnet_b0"), _image(160, 200, 2),
+         "batch 2, 160x200 input"),
+        ("alexnet", "AlexNet", 31, _tv("alexnet"), _image(), ""),
+        ("vgg11_bn", "VGG", 31, _tv("vgg11_bn"), _image(), ""),
+        ("swin_v2_t", "Swin", 32, _tv("swin_v2_t"), _image(256), "256x256 input"),
+        ("vit_b_32", "ViT", 32, _tv("vit_b_32"), _image(), ""),
     ]
     out = [ModelSpec(n, f, r, b, i, ("logits",), note) for n, f, r, b, i, note in v]
     for j, kind in enumerate(("bert", "distilbert", "roberta", "gpt2", "t5_encoder")):
