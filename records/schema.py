@@ -9,7 +9,7 @@ from pathlib import Path
 from .errors import ForeignDatabaseError, RecordsError, SchemaVersionError
 from .views import NAMED_VIEWS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APP_ID = "autotune-records"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -94,7 +94,12 @@ DDL: tuple[str, ...] = (
 
 # version -> the statements that bring a file of that version to the next one. Schema 3: views that
 # carry names (records/views.py), for sqlite-utils and Datasette.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _DDL_2, 2: tuple(NAMED_VIEWS.values())}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: _DDL_2,
+    2: tuple(NAMED_VIEWS.values()),
+    # schema 4: a config with a wrong answer or a crash in any record is never the best one
+    3: ("DROP VIEW IF EXISTS best_configs", NAMED_VIEWS["best_configs"]),
+}
 
 
 class FileState(Enum):

@@ -8,14 +8,20 @@ from typing import Any
 
 from .record import CONFIRM_LABEL
 
+# error kinds that say a kernel computes wrong or crashes (autotune/measure/errors.py), not that the
+# machine or the compiler failed it once
+UNTRUSTED_ERRORS = ("wrong_answer", "runtime_crash")
+
 # One row per verified, error-free config of each (workload, target) pair: its upper-median record
 # (rn_ = n_ // 2 + 1 of its n_ records ordered by time), with conf_ its confirmation records and
 # unconfirmed_ 1 where other configs of the pair have more confirmations. A config measured more
 # than once (tuning re-measures its finalists: autotune/search/confirm.py) is ranked by that median,
 # so one lucky run does not make it the best; finalists with their confirmations rank before every
 # other config (a run killed while confirming leaves configs that never beat them). Ranked by
-# (unconfirmed_, mean_s, id), the first row is the record compile takes. ``{where}``: extra
-# conditions ending in AND, or "".
+# (unconfirmed_, mean_s, id), the first row is the record compile takes. A config with a wrong
+# answer or a crash in any of its records has no row, however many of its runs passed: a kernel
+# that fails one run in several (a race) is not compiled. ``{where}``: extra conditions ending in
+# AND, or "".
 PER_CONFIG = """SELECT c.*, (conf_ < MAX(conf_) OVER (PARTITION BY workload_key, target_key))
                    AS unconfirmed_
         FROM (
@@ -25,6 +31,11 @@ PER_CONFIG = """SELECT c.*, (conf_ < MAX(conf_) OVER (PARTITION BY workload_key,
                        COUNT(*) OVER (PARTITION BY workload_key, target_key, config_key) AS n_
                 FROM measurements AS m
                 WHERE {where} error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
+                  AND NOT EXISTS (
+                      SELECT 1 FROM measurements AS bad
+                      WHERE bad.workload_key = m.workload_key AND bad.target_key = m.target_key
+                        AND bad.config_key = m.config_key
+                        AND bad.error_kind IN ('""" + "', '".join(UNTRUSTED_ERRORS) + """'))
             ) AS r LEFT JOIN (
                 SELECT workload_key, target_key, config_key, COUNT(*) AS n FROM measurements
                 WHERE {where} tuner = '""" + CONFIRM_LABEL + """'

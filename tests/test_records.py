@@ -504,6 +504,48 @@ def test_best_never_returns_a_config_missing_confirmations(db: TuningDatabase) -
     assert db.confirmations(W1, T1) == {config_key(steady): 1, config_key({"tile": 3}): 1}
 
 
+def test_a_config_that_once_answered_wrong_or_crashed_is_never_the_best(db: TuningDatabase) -> None:
+    """A kernel that passes some runs and fails one (a race) is not compiled, however fast; a
+    build error or a timeout (the machine's, not the kernel's fault) does not disqualify."""
+    from records import CONFIRM_LABEL
+
+    racy, crashy, slow_build, steady = {"tile": 1}, {"tile": 2}, {"tile": 3}, {"tile": 4}
+    db.add_measurements([rec(racy, (0.1,)), rec(crashy, (0.2,)), rec(slow_build, (0.3,)),
+                         rec(steady, (0.5,))])
+    assert db.best(W1, T1).config == racy
+    db.add_measurements([rec(racy, (), error="wrong_answer", tuner=CONFIRM_LABEL, verified=False),
+                         rec(racy, (0.1,), tuner=CONFIRM_LABEL),
+                         rec(crashy, (), error="runtime_crash", verified=False),
+                         rec(slow_build, (), error="build_timeout", verified=False)])
+    assert [r.config for r in db.top(W1, T1, 4)] == [slow_build, steady]
+    assert db.best(W1, T1).config == slow_build
+    view = db.db.execute("SELECT config FROM best_configs WHERE workload_key = ?", [W1]).fetchall()
+    assert [json.loads(c) for (c,) in view] == [slow_build]
+
+
+def test_a_schema_3_file_gets_the_ranking_that_leaves_out_failed_configs(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    with TuningDatabase(path) as d:
+        d.add_workload(W1, "m", {"op": "matmul"}, 1.0)
+        d.add_target(T1, "cpu", {"isa": ["avx2"]})
+        d.add_measurements([rec({"tile": 1}, (0.1,)), rec({"tile": 1}, (), error="wrong_answer",
+                                                          verified=False), rec({"tile": 2}, (0.2,))])
+    raw = sqlite3.connect(path)
+    raw.execute("DROP VIEW best_configs")
+    raw.execute("""CREATE VIEW best_configs AS SELECT config, workload_key FROM measurements
+                   WHERE error_kind IS NULL ORDER BY mean_s LIMIT 1""")  # the old rule, in effect
+    raw.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+    with TuningDatabase(path) as d:
+        d.add_workload(W2, "c", {"op": "conv2d"}, 1.0)  # a write migrates the file
+        assert d.best(W1, T1).config == {"tile": 2}
+        (cfg,) = d.db.execute("SELECT config FROM best_configs WHERE workload_key = ?", [W1]).fetchone()
+        assert json.loads(cfg) == {"tile": 2}
+    meta = dict(sqlite3.connect(path).execute("SELECT key, value FROM meta"))
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
+
+
 def test_record_spread() -> None:
     assert rec({}, (1.0, 1.5, 2.0)).spread == pytest.approx(1.0 / 1.5)
     assert rec({}, (1.0,)).spread == 0.0
