@@ -175,6 +175,74 @@ def _text(kind: str, tiny: bool) -> Callable[[], Any]:
     return build
 
 
+# more Hugging Face families at the TINY sizes, each wrapped to return its last hidden state:
+# kind -> (config class, model class, config arguments, takes an attention mask)
+_HF_VOCAB = 1000
+_HF_TINY = {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
+            "num_attention_heads": TINY["heads"], "intermediate_size": TINY["ffn"]}
+_HF: dict[str, tuple[str, str, dict, bool]] = {
+    "gpt_neo": ("GPTNeoConfig", "GPTNeoModel",
+                {"num_layers": TINY["layers"], "hidden_size": TINY["hidden"], "num_heads": TINY["heads"],
+                 "attention_types": [[["global", "local"], 1]], "window_size": 16, "vocab_size": _HF_VOCAB},
+                True),
+    "bloom": ("BloomConfig", "BloomModel",
+              {"n_layer": TINY["layers"], "hidden_size": TINY["hidden"], "n_head": TINY["heads"],
+               "vocab_size": _HF_VOCAB}, True),
+    "phi": ("PhiConfig", "PhiModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), True),
+    "gemma": ("GemmaConfig", "GemmaModel",
+              dict(_HF_TINY, vocab_size=_HF_VOCAB, head_dim=TINY["hidden"] // TINY["heads"],
+                   num_key_value_heads=1), True),
+    "falcon": ("FalconConfig", "FalconModel",
+               {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
+                "num_attention_heads": TINY["heads"], "vocab_size": _HF_VOCAB}, True),
+    "xlm_roberta": ("XLMRobertaConfig", "XLMRobertaModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), True),
+    "electra": ("ElectraConfig", "ElectraModel", dict(_HF_TINY, vocab_size=_HF_VOCAB, embedding_size=64),
+                True),
+    "deit": ("DeiTConfig", "DeiTModel", dict(_HF_TINY, image_size=64, patch_size=16), False),
+    "beit": ("BeitConfig", "BeitModel", dict(_HF_TINY, image_size=64, patch_size=16), False),
+    "segformer": ("SegformerConfig", "SegformerModel",
+                  {"num_encoder_blocks": 2, "depths": [1, 1], "sr_ratios": [2, 1], "hidden_sizes": [32, 64],
+                   "num_attention_heads": [1, 2], "mlp_ratios": [2, 2], "patch_sizes": [7, 3],
+                   "strides": [4, 2]}, False),
+    "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 64}, False),
+}
+_HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
+              "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
+              "segformer": "SegFormer", "mobilevit": "MobileViT"}
+
+
+def _hf(kind: str) -> Callable[[], Any]:
+    """A builder of the transformers model ``kind`` of ``_HF``: forward(input_ids, attention_mask)
+    or forward(pixel_values) returns the last hidden state."""
+
+    def build() -> Any:
+        import torch
+
+        tf = import_transformers()
+        config_cls, model_cls, kwargs, text = _HF[kind]
+        model = getattr(tf, model_cls)(getattr(tf, config_cls)(**kwargs))
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args: Any) -> Any:
+                names = ("input_ids", "attention_mask") if text else ("pixel_values",)
+                return self.model(**dict(zip(names, args)), return_dict=False)[0]
+
+        return Wrapped()
+
+    return build
+
+
+def _hf_inputs(kind: str) -> tuple[InputSpec, ...]:
+    if not _HF[kind][3]:
+        return _image(64)
+    return (InputSpec("input_ids", "token_ids", (1, SEQ), _HF_VOCAB),
+            InputSpec("attention_mask", "attention_mask", (1, SEQ), _HF_VOCAB))
+
+
 _VOCAB = {"bert": 30522, "roberta": 50265, "distilbert": 30522, "gpt2": 50257, "t5_encoder": 32128}
 _FAMILY = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT", "gpt2": "GPT-2",
            "t5_encoder": "T5 encoder"}
@@ -233,6 +301,9 @@ def _specs() -> list[ModelSpec]:
                              ("last_hidden_state",), f"the default config at {tiny}"))
         out.append(ModelSpec(kind, _FAMILY[kind], 24 + j, _text(kind, False), _tokens(kind),
                              ("last_hidden_state",), "the default config"))
+    for kind in _HF:
+        out.append(ModelSpec(kind, _HF_FAMILY[kind], 33, _hf(kind), _hf_inputs(kind), ("last_hidden_state",),
+                             "2 layers of width 128" if _HF[kind][3] else "small config, 64x64 image"))
     return sorted(out, key=lambda s: (s.rank, s.name))
 
 
