@@ -27,7 +27,7 @@ QUIET_GAP_S = 0.2  # idle time before each timed block, as bench.py --model leav
 
 
 def make_feeds(specs: Sequence[InputSpec], names: Sequence[str], rng: np.random.Generator) -> dict[str, Any]:
-    """Random inputs for the model inputs ``names``: images standard normal, token ids uniform in
+    """Random inputs for the model inputs ``names``: images and signals standard normal, token ids uniform in
     [0, vocab), attention masks a padded sequence (ones, then zeros after a random length of at least
     half the sequence). Inputs are matched to ``specs`` by name, else by position."""
     by_name = {s.name: s for s in specs}
@@ -36,7 +36,7 @@ def make_feeds(specs: Sequence[InputSpec], names: Sequence[str], rng: np.random.
         s = by_name.get(n) or (specs[i] if i < len(specs) else None)
         if s is None:
             raise ValueError(f"model input {n!r} matches none of the gallery's inputs")
-        if s.kind == "image":
+        if s.is_float:
             feeds[n] = rng.standard_normal(s.shape).astype(np.float32)
         elif s.kind == "token_ids":
             feeds[n] = rng.integers(0, s.vocab, size=s.shape, dtype=np.int64)

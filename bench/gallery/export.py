@@ -53,7 +53,7 @@ def _example_inputs(spec: ModelSpec) -> tuple[Any, ...]:
     g = torch.Generator().manual_seed(0)
     args = []
     for i in spec.inputs:
-        if i.kind == "image":
+        if i.is_float:
             args.append(torch.randn(i.shape, generator=g))
         elif i.kind == "token_ids":
             args.append(torch.randint(0, i.vocab, i.shape, generator=g))

@@ -20,17 +20,21 @@ IMAGE = 224
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One model input: an image (float32, standard normal), token ids (int64 in [0, vocab)) or an
-    attention mask (int64 ones then zeros: a padded sequence)."""
+    """One model input: an image or a signal (float32, standard normal), token ids (int64 in
+    [0, vocab)) or an attention mask (int64 ones then zeros: a padded sequence)."""
 
     name: str
-    kind: str  # "image" | "token_ids" | "attention_mask"
+    kind: str  # "image" | "signal" | "token_ids" | "attention_mask"
     shape: tuple[int, ...]
     vocab: int = 0
 
     @property
+    def is_float(self) -> bool:
+        return self.kind in ("image", "signal")
+
+    @property
     def dtype(self) -> str:
-        return "float32" if self.kind == "image" else "int64"
+        return "float32" if self.is_float else "int64"
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "shape": list(self.shape), "vocab": self.vocab}
@@ -205,15 +209,18 @@ _HF: dict[str, tuple[str, str, dict, bool]] = {
                    "num_attention_heads": [1, 2], "mlp_ratios": [2, 2], "patch_sizes": [7, 3],
                    "strides": [4, 2]}, False),
     "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 64}, False),
+    "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model",
+                 dict(_HF_TINY, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                      num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), False),
 }
 _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
               "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
-              "segformer": "SegFormer", "mobilevit": "MobileViT"}
+              "segformer": "SegFormer", "mobilevit": "MobileViT", "wav2vec2": "Wav2Vec2"}
 
 
 def _hf(kind: str) -> Callable[[], Any]:
-    """A builder of the transformers model ``kind`` of ``_HF``: forward(input_ids, attention_mask)
-    or forward(pixel_values) returns the last hidden state."""
+    """A builder of the transformers model ``kind`` of ``_HF``: forward(input_ids, attention_mask),
+    forward(pixel_values) or forward(input_values) returns the last hidden state."""
 
     def build() -> Any:
         import torch
@@ -228,7 +235,7 @@ def _hf(kind: str) -> Callable[[], Any]:
                 self.model = model
 
             def forward(self, *args: Any) -> Any:
-                names = ("input_ids", "attention_mask") if text else ("pixel_values",)
+                names = ("input_ids", "attention_mask") if text else (_hf_inputs(kind)[0].name,)
                 return self.model(**dict(zip(names, args)), return_dict=False)[0]
 
         return Wrapped()
@@ -237,8 +244,10 @@ def _hf(kind: str) -> Callable[[], Any]:
 
 
 def _hf_inputs(kind: str) -> tuple[InputSpec, ...]:
+    if kind == "wav2vec2":
+        return (InputSpec("input_values", "signal", (1, 4000)),)  # a quarter second at 16 kHz
     if not _HF[kind][3]:
-        return _image(64)
+        return (InputSpec("pixel_values", "image", (1, 3, 64, 64)),)
     return (InputSpec("input_ids", "token_ids", (1, SEQ), _HF_VOCAB),
             InputSpec("attention_mask", "attention_mask", (1, SEQ), _HF_VOCAB))
 
@@ -302,8 +311,10 @@ def _specs() -> list[ModelSpec]:
         out.append(ModelSpec(kind, _FAMILY[kind], 24 + j, _text(kind, False), _tokens(kind),
                              ("last_hidden_state",), "the default config"))
     for kind in _HF:
-        out.append(ModelSpec(kind, _HF_FAMILY[kind], 33, _hf(kind), _hf_inputs(kind), ("last_hidden_state",),
-                             "2 layers of width 128" if _HF[kind][3] else "small config, 64x64 image"))
+        inputs = _hf_inputs(kind)
+        note = {"token_ids": "2 layers of width 128", "image": "small config, 64x64 image",
+                "signal": "small config, a 4000-sample waveform"}[inputs[0].kind]
+        out.append(ModelSpec(kind, _HF_FAMILY[kind], 33, _hf(kind), inputs, ("last_hidden_state",), note))
     return sorted(out, key=lambda s: (s.rank, s.name))
 
 
