@@ -179,8 +179,9 @@ def _text(kind: str, tiny: bool) -> Callable[[], Any]:
     return build
 
 
-# more Hugging Face families at the TINY sizes, each wrapped to return its last hidden state:
-# kind -> (config class, model class, config arguments, takes an attention mask)
+# more Hugging Face families, small random configs (the text ones at the TINY sizes), each wrapped
+# to return its last hidden state: kind -> (config class, model class, config arguments, whether it
+# reads token ids and an attention mask)
 _HF_VOCAB = 1000
 _HF_TINY = {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
             "num_attention_heads": TINY["heads"], "intermediate_size": TINY["ffn"]}
