@@ -174,6 +174,15 @@ def test_optimize_pipeline_on_bert_keeps_outputs() -> None:
     same_outputs(g, opt, rtol=1e-4)
 
 
+def compiled_matches_interpreter(g: Graph, x: np.ndarray, tmp_path) -> None:  # noqa: ANN001
+    """The compiled module (NHWC) of ``g`` computes its interpreter's output for input ``x``."""
+    from autotune.graph import compile_model
+
+    (ref,) = run_graph(g, {"x": x})
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
 def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa: ANN001
     """A ShuffleNet unit: convolutions, Concat on channels, the channel shuffle (Reshape to
     [N,g,C/g,H,W], Transpose (0,2,1,3,4), Reshape back) and Slices on channels run NHWC, with no
@@ -205,12 +214,7 @@ def test_concat_slices_and_channel_shuffles_stay_nhwc(tmp_path) -> None:  # noqa
     assert [list(n.attrs["perm"]) for n in transposes] == [[0, 2, 3, 1], [0, 1, 2, 4, 3], [0, 3, 1, 2]]
     assert [n.attrs["axis"] for n in nhwc.nodes if n.op == "Concat"] == [3, 3]
     same_outputs(g, nhwc)
-    from autotune.graph import compile_model
-
-    x = f32(1, 3, side, side)
-    (ref,) = run_graph(g, {"x": x})
-    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    compiled_matches_interpreter(g, f32(1, 3, side, side), tmp_path)
     # a split to 5-d read by two nodes is no shuffle: left as it was
     two = build_graph(
         [Node("Conv", ["x", "w1"], ["a"], {"kernel_shape": [1, 1]}, "c1"),
@@ -239,9 +243,4 @@ def test_a_split_on_channels_runs_nhwc(tmp_path) -> None:  # noqa: ANN001
     nhwc = passes.convert_layout(passes.split_to_slices(g), "NHWC")
     assert [n.attrs["_axes"] for n in nhwc.nodes if n.op == "Slice"] == [[3], [3]]
     same_outputs(g, nhwc)
-    from autotune.graph import compile_model
-
-    x = f32(1, 3, side, side)
-    (ref,) = run_graph(g, {"x": x})
-    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    compiled_matches_interpreter(g, f32(1, 3, side, side), tmp_path)

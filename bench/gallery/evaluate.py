@@ -27,9 +27,9 @@ QUIET_GAP_S = 0.2  # idle time before each timed block, as bench.py --model leav
 
 
 def make_feeds(specs: Sequence[InputSpec], names: Sequence[str], rng: np.random.Generator) -> dict[str, Any]:
-    """Random inputs for the model inputs ``names``: images and signals standard normal, token ids uniform in
-    [0, vocab), attention masks a padded sequence (ones, then zeros after a random length of at least
-    half the sequence). Inputs are matched to ``specs`` by name, else by position."""
+    """Random inputs for the model inputs ``names``: images and signals standard normal, token ids
+    uniform in [0, vocab), attention masks a padded sequence (ones, then zeros after a random length
+    of at least half the sequence). Inputs are matched to ``specs`` by name, else by position."""
     by_name = {s.name: s for s in specs}
     feeds: dict[str, Any] = {}
     for i, n in enumerate(names):

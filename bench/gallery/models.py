@@ -180,39 +180,39 @@ def _text(kind: str, tiny: bool) -> Callable[[], Any]:
 
 
 # more Hugging Face families, small random configs (the text ones at the TINY sizes), each wrapped
-# to return its last hidden state: kind -> (config class, model class, config arguments, whether it
-# reads token ids and an attention mask)
+# to return its last hidden state: kind -> (config class, model class, config arguments, what it
+# reads: "tokens" (ids and an attention mask), "image" or "signal")
 _HF_VOCAB = 1000
 _HF_TINY = {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
             "num_attention_heads": TINY["heads"], "intermediate_size": TINY["ffn"]}
-_HF: dict[str, tuple[str, str, dict, bool]] = {
+_HF: dict[str, tuple[str, str, dict, str]] = {
     "gpt_neo": ("GPTNeoConfig", "GPTNeoModel",
                 {"num_layers": TINY["layers"], "hidden_size": TINY["hidden"], "num_heads": TINY["heads"],
                  "attention_types": [[["global", "local"], 1]], "window_size": 16, "vocab_size": _HF_VOCAB},
-                True),
+                "tokens"),
     "bloom": ("BloomConfig", "BloomModel",
               {"n_layer": TINY["layers"], "hidden_size": TINY["hidden"], "n_head": TINY["heads"],
-               "vocab_size": _HF_VOCAB}, True),
-    "phi": ("PhiConfig", "PhiModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), True),
+               "vocab_size": _HF_VOCAB}, "tokens"),
+    "phi": ("PhiConfig", "PhiModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), "tokens"),
     "gemma": ("GemmaConfig", "GemmaModel",
               dict(_HF_TINY, vocab_size=_HF_VOCAB, head_dim=TINY["hidden"] // TINY["heads"],
-                   num_key_value_heads=1), True),
+                   num_key_value_heads=1), "tokens"),
     "falcon": ("FalconConfig", "FalconModel",
                {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
-                "num_attention_heads": TINY["heads"], "vocab_size": _HF_VOCAB}, True),
-    "xlm_roberta": ("XLMRobertaConfig", "XLMRobertaModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), True),
+                "num_attention_heads": TINY["heads"], "vocab_size": _HF_VOCAB}, "tokens"),
+    "xlm_roberta": ("XLMRobertaConfig", "XLMRobertaModel", dict(_HF_TINY, vocab_size=_HF_VOCAB), "tokens"),
     "electra": ("ElectraConfig", "ElectraModel", dict(_HF_TINY, vocab_size=_HF_VOCAB, embedding_size=64),
-                True),
-    "deit": ("DeiTConfig", "DeiTModel", dict(_HF_TINY, image_size=64, patch_size=16), False),
-    "beit": ("BeitConfig", "BeitModel", dict(_HF_TINY, image_size=64, patch_size=16), False),
+                "tokens"),
+    "deit": ("DeiTConfig", "DeiTModel", dict(_HF_TINY, image_size=64, patch_size=16), "image"),
+    "beit": ("BeitConfig", "BeitModel", dict(_HF_TINY, image_size=64, patch_size=16), "image"),
     "segformer": ("SegformerConfig", "SegformerModel",
                   {"num_encoder_blocks": 2, "depths": [1, 1], "sr_ratios": [2, 1], "hidden_sizes": [32, 64],
                    "num_attention_heads": [1, 2], "mlp_ratios": [2, 2], "patch_sizes": [7, 3],
-                   "strides": [4, 2]}, False),
-    "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 64}, False),
+                   "strides": [4, 2]}, "image"),
+    "mobilevit": ("MobileViTConfig", "MobileViTModel", {"image_size": 64}, "image"),
     "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model",
                  dict(_HF_TINY, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
-                      num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), False),
+                      num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), "signal"),
 }
 _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
               "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
@@ -227,7 +227,8 @@ def _hf(kind: str) -> Callable[[], Any]:
         import torch
 
         tf = import_transformers()
-        config_cls, model_cls, kwargs, text = _HF[kind]
+        config_cls, model_cls, kwargs, _ = _HF[kind]
+        names = [i.name for i in _hf_inputs(kind)]
         model = getattr(tf, model_cls)(getattr(tf, config_cls)(**kwargs))
 
         class Wrapped(torch.nn.Module):
@@ -236,7 +237,6 @@ def _hf(kind: str) -> Callable[[], Any]:
                 self.model = model
 
             def forward(self, *args: Any) -> Any:
-                names = ("input_ids", "attention_mask") if text else (_hf_inputs(kind)[0].name,)
                 return self.model(**dict(zip(names, args)), return_dict=False)[0]
 
         return Wrapped()
@@ -245,9 +245,10 @@ def _hf(kind: str) -> Callable[[], Any]:
 
 
 def _hf_inputs(kind: str) -> tuple[InputSpec, ...]:
-    if kind == "wav2vec2":
+    reads = _HF[kind][3]
+    if reads == "signal":
         return (InputSpec("input_values", "signal", (1, 4000)),)  # a quarter second at 16 kHz
-    if not _HF[kind][3]:
+    if reads == "image":
         return (InputSpec("pixel_values", "image", (1, 3, 64, 64)),)
     return (InputSpec("input_ids", "token_ids", (1, SEQ), _HF_VOCAB),
             InputSpec("attention_mask", "attention_mask", (1, SEQ), _HF_VOCAB))
