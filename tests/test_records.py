@@ -507,7 +507,12 @@ def test_best_never_returns_a_config_missing_confirmations(db: TuningDatabase) -
 def test_a_config_that_once_answered_wrong_or_crashed_is_never_the_best(db: TuningDatabase) -> None:
     """A kernel that passes some runs and fails one (a race) is not compiled, however fast; a
     build error or a timeout (the machine's, not the kernel's fault) does not disqualify."""
+    from autotune.measure.errors import ErrorKind
     from records import CONFIRM_LABEL
+    from records.views import UNTRUSTED_ERRORS
+
+    # the ranking names the measurement pipeline's error kinds as strings (records stands alone)
+    assert set(UNTRUSTED_ERRORS) == {ErrorKind.WRONG_ANSWER.value, ErrorKind.RUNTIME_CRASH.value}
 
     racy, crashy, slow_build, steady = {"tile": 1}, {"tile": 2}, {"tile": 3}, {"tile": 4}
     db.add_measurements([rec(racy, (0.1,)), rec(crashy, (0.2,)), rec(slow_build, (0.3,)),
