@@ -1,5 +1,6 @@
 """Reductions at run time, checked against numpy in float64 on fresh random inputs: ReduceProd (an
-unrolled product; more elements than are unrolled is rejected) and RMSNormalization."""
+unrolled product; more elements than are unrolled is rejected), RMSNormalization and the other
+normalizations (Hardmax, Lp, mean-variance, LRN)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,70 @@ def test_mean_variance_normalization(tmp_path) -> None:  # noqa: ANN001
     x64 = x.astype(np.float64)
     mu, sd = x64.mean(axis=(0, 2, 3), keepdims=True), x64.std(axis=(0, 2, 3), keepdims=True)
     np.testing.assert_allclose(y, (x64 - mu) / sd, rtol=1e-4, atol=1e-5)
+
+
+def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """ONNX's LRN written out channel by channel, in float64."""
+    x64 = x.astype(np.float64)
+    out = np.empty_like(x64)
+    c = x.shape[1]
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + size // 2)
+        total = (x64[:, lo:hi + 1] ** 2).sum(axis=1)
+        out[:, ch] = x64[:, ch] / (bias + alpha / size * total) ** beta
+    return out
+
+
+@pytest.mark.parametrize("size", [5, 4])
+def test_lrn_after_a_convolution_runs_in_either_layout(size: int, tmp_path) -> None:  # noqa: ANN001
+    """AlexNet's Conv -> Relu -> LRN (here with an even window too, which is lopsided)."""
+    rng = np.random.default_rng(50 + size)
+    w = rng.standard_normal((12, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("LRN", ["r"], ["y"], size=size, alpha=2e-3, beta=0.75, bias=2.0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 9, 7))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 12, 9, 7))],
+                          initializer=[numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 3, 9, 7)).astype(np.float32)
+    (y,) = compiled(m, tmp_path).run({"x": x})
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    padded = np.pad(x64, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((1, 12, 9, 7))
+    for i in range(3):
+        for j in range(3):
+            conv += np.einsum("nchw,kc->nkhw", padded[:, :, i:i + 9, j:j + 7], w64[:, :, i, j])
+    np.testing.assert_allclose(y, lrn_reference(np.maximum(conv, 0), size, 2e-3, 0.75, 2.0), rtol=1e-5, atol=1e-6)
+
+
+def test_lrn_of_a_rank_3_input(tmp_path) -> None:  # noqa: ANN001
+    x = np.random.default_rng(52).standard_normal((2, 6, 11)).astype(np.float32) * 3
+    (y,) = compiled(single("LRN", x.shape, 13, size=3, alpha=0.5, beta=0.6), tmp_path).run({"x": x})
+    np.testing.assert_allclose(y, lrn_reference(x, 3, 0.5, 0.6, 1.0), rtol=1e-5)
+
+
+def test_lrn_without_a_size_is_refused() -> None:
+    with pytest.raises(UnsupportedModelError, match="size"):
+        from_onnx(single("LRN", (1, 4, 2, 2), 13))
+
+
+@pytest.mark.parametrize("op", ["InstanceNormalization", "GroupNormalization"])
+def test_a_norm_of_one_channel_or_group_takes_its_folded_scale_and_bias(op: str, tmp_path) -> None:  # noqa: ANN001
+    """PyTorch writes GroupNorm(1, C) as an InstanceNormalization of one channel: its one-value scale
+    and bias reach the kernel folded to scalars (and so do a GroupNormalization's equal ones)."""
+    shape = (2, 1, 3, 5) if op == "InstanceNormalization" else (2, 4, 3, 5)
+    extra = {"num_groups": 1} if op == "GroupNormalization" else {}
+    scale_shape = (1,) if op == "InstanceNormalization" else (4,)  # opset 21: one per channel
+    node = helper.make_node(op, ["x", "s", "b"], ["y"], epsilon=1e-5, **extra)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                          initializer=[numpy_helper.from_array(np.full(scale_shape, 1.5, np.float32), "s"),
+                                       numpy_helper.from_array(np.full(scale_shape, -0.5, np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    x = (np.random.default_rng(60).standard_normal(shape) * 2 + 1).astype(np.float32)
+    (y,) = compiled(m, tmp_path).run({"x": x})
+    x64 = x.astype(np.float64)
+    axes = (1, 2, 3)
+    want = (x64 - x64.mean(axis=axes, keepdims=True)) / np.sqrt(x64.var(axis=axes, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, want * 1.5 - 0.5, rtol=1e-5, atol=1e-5)

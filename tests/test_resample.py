@@ -186,3 +186,46 @@ def test_conv_transpose_1_to_3_spatial_dims_compile_and_match_onnxruntime(tmp_pa
         assert ours.shape == want.shape, k
         np.testing.assert_allclose(ours_np, want, rtol=1e-4, atol=1e-4, err_msg=str(CONV_T[k][2]))
         np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4, err_msg=str(CONV_T[k][2]))
+
+
+def older_resample_model(op: str, opset: int, mode: str, scales: list[float], as_attribute: bool = False):  # noqa: ANN201
+    """Upsample (opsets 7-9) or a Resize of opset 10: x, then its scales (an input or Upsample-7's
+    attribute)."""
+    inputs = ["x"] if as_attribute else ["x", "scales"]
+    extra = {"scales": scales} if as_attribute else {}
+    inits = [] if as_attribute else [numpy_helper.from_array(np.asarray(scales, F32), "scales")]
+    node = helper.make_node(op, inputs, ["y"], mode=mode, **extra)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+@pytest.mark.parametrize("op,opset,mode,scales,as_attribute", [
+    ("Resize", 10, "nearest", [1, 1, 2, 3], False), ("Resize", 10, "linear", [1, 1, 0.5, 1.5], False),
+    ("Upsample", 9, "nearest", [1, 1, 2, 3], False), ("Upsample", 9, "linear", [1, 1, 2.5, 2], False),
+    ("Upsample", 7, "nearest", [1.0, 1.0, 2.0, 2.0], True)], ids=["resize10", "resize10-linear", "upsample9",
+                                                               "upsample9-linear", "upsample7"])
+def test_older_resampling_forms_compute_the_asymmetric_resize(op: str, opset: int, mode: str, scales: list,
+                                                              as_attribute: bool, tmp_path) -> None:  # noqa: ANN001
+    """They map output position o to source o / scale; nearest takes its floor, linear interpolates."""
+    x = np.random.default_rng(opset).standard_normal(SHAPE).astype(F32)
+    m = older_resample_model(op, opset, mode, scales, as_attribute)
+    (y,) = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=str(tmp_path), workers=1).run({"x": x})
+    want = x.astype(np.float64)
+    for d, s in enumerate(scales):
+        src = np.arange(int(np.floor(SHAPE[d] * s))) / s
+        lo = np.minimum(np.floor(src).astype(int), SHAPE[d] - 1)
+        if mode == "nearest":
+            want = np.take(want, lo, axis=d)
+            continue
+        hi = np.minimum(lo + 1, SHAPE[d] - 1)
+        frac = np.minimum(src - lo, 1.0).reshape([-1 if k == d else 1 for k in range(4)])
+        want = np.take(want, lo, axis=d) * (1 - frac) + np.take(want, hi, axis=d) * frac
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_nearest_downsampling_before_opset_11_is_refused() -> None:
+    """onnxruntime rounds its source positions up, ONNX's converter down: no answer is right."""
+    with pytest.raises(GraphError, match="nearest downsampling before opset 11"):
+        from_onnx(older_resample_model("Resize", 10, "nearest", [1, 1, 0.5, 1]))

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
-from .ops import KERNEL_DTYPES, OPS, attr_problem
+from .ops import IMPORTED_AS, KERNEL_DTYPES, OPS, attr_problem
 from .ops.functions import expand_functions
 
 
@@ -102,17 +102,33 @@ def _type_of(vi: Any) -> tuple[list[int | str | None], str]:
     return dims, dtype
 
 
+def _imported_node(n: Any, name: str, opset: int) -> tuple[Node, np.ndarray | None]:
+    """The graph node of ONNX node ``n``: older forms as the operator they became (Upsample, and
+    Resize before opset 11, as the opset-11 Resize), with a constant operand an older form held as an
+    attribute (to be given a name and put in the third input)."""
+    attrs, inputs = _attrs(n), list(n.input)
+    op = IMPORTED_AS.get(n.op_type, n.op_type)
+    held = None
+    if op == "Resize" and (n.op_type != "Resize" or opset < 11):
+        from .ops.resample import as_opset11_resize
+
+        attrs, inputs, held = as_opset11_resize(attrs, inputs)
+    return Node(op, inputs, list(n.output), attrs, name), held
+
+
 def unsupported(model: Any) -> list[str]:
     """Every node this compiler cannot take, as ``"Op (node 'name')"`` / attribute problems."""
     by_op: dict[str, list[str]] = {}
     problems: list[str] = []
+    opset = _opset(model)
     for i, n in enumerate(model.graph.node):
         name = n.name or f"{n.op_type}_{i}"
-        if n.domain not in ("", "ai.onnx") or n.op_type not in OPS or OPS[n.op_type].internal:
+        op = IMPORTED_AS.get(n.op_type, n.op_type)
+        if n.domain not in ("", "ai.onnx") or op not in OPS or OPS[op].internal:
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
             by_op.setdefault(op, []).append(name)
             continue
-        why = attr_problem(Node(n.op_type, list(n.input), list(n.output), _attrs(n), name))
+        why = attr_problem(_imported_node(n, name, opset)[0])
         if why:
             problems.append(f"{n.op_type} node {name!r} with {why}")
     ops = [
@@ -196,14 +212,16 @@ def from_onnx(
             consts[vi.name] = np.zeros(shape, dtype)
     nodes = []
     for i, n in enumerate(g.node):
-        attrs = _attrs(n)
+        node, held = _imported_node(n, n.name or f"{n.op_type}_{i}", opset)
+        if held is not None:
+            node.inputs[2] = _unused_name(f"{node.name}_scales", consts, g)
+            consts[node.inputs[2]] = held
+            types[node.inputs[2]] = TensorType(held.shape, str(held.dtype))
         if (n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13) or (
             n.op_type == "Dropout" and opset < 10
         ):
-            attrs["_legacy"] = True  # the operator's older definition (axis semantics, mask type)
-        nodes.append(
-            Node(n.op_type, list(n.input), [o for o in n.output], attrs, n.name or f"{n.op_type}_{i}")
-        )
+            node.attrs["_legacy"] = True  # the operator's older definition (axis semantics, mask type)
+        nodes.append(node)
     try:
         nodes = topo_sort(nodes, list(inputs) + list(consts))
     except GraphError as err:
@@ -228,6 +246,16 @@ def from_onnx(
     graph.validate()
     _check_declared_outputs(model, graph)
     return eliminate_dead_code(graph)
+
+
+def _unused_name(base: str, consts: Mapping[str, Any], g: Any) -> str:
+    """``base``, or ``base`` with a number, naming no value of graph ``g`` nor a constant."""
+    taken = set(consts) | {v for n in g.node for v in (*n.input, *n.output)} | {vi.name for vi in g.input}
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
 
 
 def _check_defined(nodes: list[Node], defined: set[str]) -> None:

@@ -211,9 +211,13 @@ def evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     return op_def(node.op).numpy(node, list(inputs))  # type: ignore[arg-type]
 
 
+# older operator types the frontend imports as the operator they became (e.g. Upsample as Resize)
+IMPORTED_AS: dict[str, str] = {}
+
+
 def supported_ops() -> list[str]:
-    """Operator types accepted from a model (internal ops excluded)."""
-    return sorted(k for k, v in OPS.items() if not v.internal)
+    """Operator types accepted from a model (internal ops excluded, older forms included)."""
+    return sorted({k for k, v in OPS.items() if not v.internal} | set(IMPORTED_AS))
 
 
 def attr_problem(node: Node) -> str | None:

@@ -351,6 +351,52 @@ class _BatchNorm:
 register("BatchNormalization", REWRITE, _check_bn)(_BatchNorm)
 
 
+# --- LRN ----------------------------------------------------------------------------------------------
+def _check_lrn(node: Node) -> str | None:
+    size = node.attrs.get("size")
+    return None if isinstance(size, int) and size >= 1 else f"size={size!r} (a positive integer is required)"
+
+
+def lrn_window(c: int, size: int) -> np.ndarray:
+    """The [C, C] 0/1 matrix whose row ``c`` marks the channels LRN sums for channel ``c``:
+    ``c - floor((size - 1) / 2)`` to ``c + ceil((size - 1) / 2)``, clipped to the channels."""
+    lo, hi = (size - 1) // 2, size // 2
+    i = np.arange(c)
+    return ((i[None, :] >= i[:, None] - lo) & (i[None, :] <= i[:, None] + hi)).astype(np.float32)
+
+
+def lrn_params(node: Any) -> tuple[int, float, float, float]:
+    """LRN's size, alpha, beta and bias (ONNX's defaults where absent)."""
+    a = node.attrs
+    return int(a["size"]), float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)), float(a.get("bias", 1.0))
+
+
+class _LRN:
+    """Local response normalization across channels (axis 1):
+    ``x / (bias + alpha / size * sum of x² over the channel window) ** beta``.
+    ``passes.lower_lrn`` computes it as the square, a 1x1 convolution with the window's 0/1 matrix,
+    and elementwise ops."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        x = same(types[0])
+        float_only(node, types[:1])
+        if len(x.shape) < 2:
+            raise GraphError(f"LRN node {node.name!r}: input {x} has no channel axis")
+        return [x]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        size, a, b, k = lrn_params(node)
+        win = lrn_window(x.shape[1], size).astype(np.float64)
+        total = np.moveaxis(np.moveaxis(x * x, 1, -1) @ win.T, -1, 1)
+        return [(x / (k + a / size * total) ** b).astype(xs[0].dtype)]
+
+
+register("LRN", REWRITE, _check_lrn)(_LRN)
+
+
 # --- pooling ------------------------------------------------------------------------------------------
 def _check_pool(node: Node) -> str | None:
     if "kernel_shape" not in node.attrs:

@@ -29,7 +29,7 @@ from .base import (
     same,
 )
 from .elementwise import ANY, FLOAT, NUMERIC, _kernel_types
-from .te_build import nd_compute, read, reduce_over, tensor_arg
+from .te_build import nd_compute, read, reduce_over, shape_of, tensor_arg
 
 
 def reduced(
@@ -629,9 +629,14 @@ class _InstanceNorm:
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        x, s, b = tensor_arg(args[0]), tensor_arg(args[1]), tensor_arg(args[2])
+        x, s, b = tensor_arg(args[0]), args[1], args[2]  # s, b: one value may come folded to a scalar
         norm = normalized(x, list(range(2, x.ndim)), float(attrs.get("epsilon", 1e-5)), name)
-        return nd_compute(x.shape, lambda i: norm(i) * s[i[1]] + b[i[1]], name, "elementwise")
+        c = (x.shape[1],)
+
+        def out(i: list[Expr]) -> Expr:
+            return norm(i) * read(s, [i[1]], c) + read(b, [i[1]], c)
+
+        return nd_compute(x.shape, out, name, "elementwise")
 
 
 register("InstanceNormalization", REDUCE)(_InstanceNorm)
@@ -663,7 +668,7 @@ class _GroupNorm:
 
     @staticmethod
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
-        x, s, b = tensor_arg(args[0]), tensor_arg(args[1]), tensor_arg(args[2])
+        x, s, b = tensor_arg(args[0]), args[1], args[2]  # s, b: one value may come folded to a scalar
         g = int(attrs["num_groups"])
         n, c = x.shape[:2]
         cpg = c // g
@@ -685,13 +690,13 @@ class _GroupNorm:
             return T.sum(d * d * inv_n, axis=[rc, *rs])
 
         var = nd_compute((n, g), sq, name + "_var", "reduce")
-        per_group = s.shape[0] != c
+        per_group = shape_of(s) == (g,) and g != c
 
         def out(i: list[Expr]) -> Expr:
             grp = i[1] // cpg
             y = (x[tuple(i)] - mean[i[0], grp]) * T.rsqrt(var[i[0], grp] + eps)
             k = grp if per_group else i[1]
-            return y * s[k] + b[k]
+            return y * read(s, [k], shape_of(s)) + read(b, [k], shape_of(b))
 
         return nd_compute(x.shape, out, name, "elementwise")
 

@@ -24,6 +24,7 @@ from autotune.te.expr import Expr, all_of, any_of, compare
 
 from ..ir import GraphError, Node, TensorType, contiguous
 from .base import (
+    IMPORTED_AS,
     INJECTIVE,
     REDUCE,
     Arg,
@@ -267,6 +268,13 @@ class _Resize:
         float_only(node, types[:1])
         x = same(types[0])
         plan = resize_plan(node, x.shape, consts)
+        shrunk = any(plan.scale[d] < 1 for d in plan.axes)
+        if node.attrs.get("_legacy") and _attr(node, "mode", "nearest") == "nearest" and shrunk:
+            raise GraphError(
+                f"Resize node {node.name!r}: nearest downsampling before opset 11 is computed differently "
+                "by onnxruntime (rounds up) and by ONNX's version converter and PyTorch (round down); "
+                "export at opset 11 or later"
+            )
         taps = math.prod(tap_count(node, plan.scale[d]) for d in plan.axes)
         if taps > MAX_RESIZE_TAPS:
             raise GraphError(
@@ -336,6 +344,21 @@ class _Resize:
 MAX_RESIZE_TAPS = 256  # input values read per output value (the product over the resampled axes)
 
 register("Resize", INJECTIVE, _check_resize)(_Resize)
+IMPORTED_AS["Upsample"] = "Resize"
+
+
+def as_opset11_resize(attrs: dict, inputs: list[str]) -> tuple[dict, list[str], np.ndarray | None]:
+    """Upsample (opsets 7-9) or a Resize of opset 10 as the opset-11 Resize that computes the same:
+    asymmetric coordinates, nearest rounding down (ONNX's version converter maps them so), the
+    scales as the third input. Upsample-7 holds its scales as an attribute: they come back as an
+    array for the caller to hold as a constant (its input name is then left empty)."""
+    new = {k: v for k, v in attrs.items() if k != "scales"}
+    new["coordinate_transformation_mode"] = "asymmetric"
+    new["nearest_mode"] = "floor"
+    new["_legacy"] = True  # nearest downsampling is refused (Resize.infer)
+    if "scales" in attrs:
+        return new, [inputs[0], "", ""], np.asarray(attrs["scales"], np.float32)
+    return new, [inputs[0], "", inputs[1] if len(inputs) > 1 else ""], None
 
 
 # --- ConvTranspose ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
+- ``lower_lrn``          LRN -> its channel window's sum of squares as a 1x1 convolution, then elementwise
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
 - ``lower_quantize``     Quantize/DequantizeLinear, MatMulInteger, QLinearMatMul -> the operators of each
 - ``lower_recurrent``    RNN / GRU / LSTM -> their steps unrolled over the static sequence
@@ -46,7 +47,14 @@ from .kernel_forms import (
     split_to_slices,
 )
 from .layout import TO_NCHW, TO_NHWC, convert_layout
-from .lowering import fold_batch_norm, lower_batch_norm, lower_losses, lower_quantize, lower_recurrent
+from .lowering import (
+    fold_batch_norm,
+    lower_batch_norm,
+    lower_losses,
+    lower_lrn,
+    lower_quantize,
+    lower_recurrent,
+)
 from .rewrite import _add_const, _new_value, remove_identities, scalar
 from .views import sink_views
 
@@ -67,6 +75,7 @@ __all__ = [
     "lower_batch_norm",
     "lower_einsum",
     "lower_losses",
+    "lower_lrn",
     "lower_quantize",
     "lower_recurrent",
     "matmul_vectors_to_matrices",
@@ -96,7 +105,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
-    g = remove_identities(lower_recurrent(lower_quantize(lower_losses(g))))
+    g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_lrn(g)))))
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)

@@ -1,5 +1,6 @@
 """Operators computed through others: batch normalization (folded into a convolution, or per
-channel Mul + Add; training mode from the batch), the losses, quantization, recurrent layers."""
+channel Mul + Add; training mode from the batch), local response normalization, the losses,
+quantization, recurrent layers."""
 
 
 from __future__ import annotations
@@ -123,6 +124,38 @@ def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
             running = g.consts[n.inputs[2 + pos]].astype(np.float64) * momentum
             out.append(Node("Add", [part, const("running", running)], [n.outputs[pos]], {},
                             g.fresh_name(f"{n.name}_running{pos}")))
+
+
+def lower_lrn(graph: Graph) -> Graph:
+    """LRN -> ``x / (bias + alpha / size * S) ** beta``, with S the channel window's sum of squares: a
+    1x1 convolution of ``x * x`` with the window's 0/1 matrix (``ops.nn.lrn_window``), so it runs
+    in either layout. An input of another rank than 4 is viewed as [N, C, 1, rest] around it."""
+    from ..ops.nn import lrn_params, lrn_window
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        x = n.inputs[0]
+        t = g.types[x]
+        size, a, b, k = lrn_params(n)
+        c = t.shape[1]
+        rest = int(np.prod(t.shape[2:], dtype=np.int64))
+        as4 = t if len(t.shape) == 4 else TensorType((t.shape[0], c, 1, rest), t.dtype)
+
+        def view(v: str, to: TensorType, base: str) -> str:
+            if g.types[v].shape == to.shape:
+                return v
+            shape = em.const(f"{base}_shape", np.asarray(to.shape, np.int64))
+            return em.node("Reshape", [v, shape], to, base)
+
+        sq = view(em.node("Mul", [x, x], t, "square"), as4, "square_4d")
+        w = em.const("window", lrn_window(c, size).reshape(c, c, 1, 1))
+        total = em.node("Conv", [sq, w], as4, "window_sum", {"kernel_shape": [1, 1]})
+        total = view(total, t, "window_sum_nd")
+        scaled = em.node("Mul", [total, em.const("alpha", np.float32(a / size))], t, "scaled")
+        base = em.node("Add", [scaled, em.const("bias", np.float32(k))], t, "base")
+        denom = em.node("Pow", [base, em.const("beta", np.float32(b))], t, "denominator")
+        em.node("Div", [x, denom], t, "normalized", dst=n.outputs[0])
+
+    return _lower_nodes(graph, ("LRN",), lower)
 
 
 def lower_losses(graph: Graph) -> Graph:
