@@ -165,3 +165,31 @@ def test_a_norm_of_one_channel_or_group_takes_its_folded_scale_and_bias(op: str,
     axes = (1, 2, 3)
     want = (x64 - x64.mean(axis=axes, keepdims=True)) / np.sqrt(x64.var(axis=axes, keepdims=True) + 1e-5)
     np.testing.assert_allclose(y, want * 1.5 - 0.5, rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_norm_of_statistics_computed_at_run_time(tmp_path) -> None:  # noqa: ANN001
+    """tf2onnx writes a Keras layer norm as a BatchNormalization whose mean and variance are
+    computed in the graph (here: over the last axis of x, viewed as the channels of a [1, C] input)."""
+    rows, width = 6, 10
+    nodes = [helper.make_node("ReduceMean", ["x", "last"], ["m"], keepdims=0),
+             helper.make_node("Unsqueeze", ["m", "last"], ["m2"]),
+             helper.make_node("Sub", ["x", "m2"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["dd"]),
+             helper.make_node("ReduceMean", ["dd", "last"], ["v"], keepdims=0),
+             helper.make_node("Reshape", ["x", "flat"], ["xf"]),
+             helper.make_node("BatchNormalization", ["xf", "s", "b", "m", "v"], ["yf"], epsilon=1e-3),
+             helper.make_node("Reshape", ["yf", "back"], ["y"])]
+    rng = np.random.default_rng(70)
+    s, b = rng.uniform(0.5, 1.5, rows).astype(np.float32), rng.standard_normal(rows).astype(np.float32)
+    inits = [numpy_helper.from_array(np.asarray([1], np.int64), "last"),
+             numpy_helper.from_array(np.asarray([1, rows, width], np.int64), "flat"),
+             numpy_helper.from_array(np.asarray([rows, width], np.int64), "back"),
+             numpy_helper.from_array(s, "s"), numpy_helper.from_array(b, "b")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    x = (rng.standard_normal((rows, width)) * 3 + 2).astype(np.float32)
+    (y,) = compiled(m, tmp_path).run({"x": x})
+    x64 = x.astype(np.float64)
+    norm = (x64 - x64.mean(axis=1, keepdims=True)) / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(y, norm * s[:, None] + b[:, None], rtol=1e-5, atol=1e-5)

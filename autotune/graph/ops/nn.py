@@ -312,9 +312,9 @@ def _check_bn(node: Node) -> str | None:
 
 
 class _BatchNorm:
-    """Inference: the given mean and variance; ``training_mode=1``: the batch's statistics over every
-    axis but the channels, with the running mean and variance as optional outputs
-    (``passes.lower_batch_norm`` computes both forms)."""
+    """Inference: the given mean and variance (constants, or computed at run time as tf2onnx writes
+    a layer norm); ``training_mode=1``: the batch's statistics over every axis but the channels, with
+    the running mean and variance as optional outputs (``passes.lower_batch_norm`` computes each form)."""
 
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
@@ -323,10 +323,6 @@ class _BatchNorm:
         for t in types[1:5]:
             if t is None or t.shape != (c,):
                 raise GraphError(f"BatchNormalization node {node.name!r}: parameters must have shape ({c},)")
-        if any(v is None for v in consts[1:5]):
-            raise GraphError(
-                f"BatchNormalization node {node.name!r}: scale, bias, mean and variance must be constants"
-            )
         if node.attrs.get("training_mode", 0) and len(x.shape) < 2:
             raise GraphError(f"BatchNormalization node {node.name!r}: training mode needs a channel axis")
         return [x, TensorType((c,), x.dtype), TensorType((c,), x.dtype)][: max(1, len(node.outputs))]

@@ -9,7 +9,7 @@ import numpy as np
 
 from autotune.te.workload import numpy_dtype
 
-from ..ir import Graph, GraphError, Node, TensorType
+from ..ir import Graph, Node, TensorType
 from ..ops import (
     broadcast_shapes,
 )
@@ -73,7 +73,8 @@ def lower_batch_norm(graph: Graph) -> Graph:
             continue
         params = _bn_params(g, n)
         if params is None:
-            raise GraphError(f"BatchNormalization node {n.name!r}: parameters must be constants")
+            _lower_run_time_batch_norm(g, n, out)
+            continue
         k, shift = params
         t = g.types[n.inputs[0]]
         shape = (-1,) + (1,) * (len(t.shape) - 2)
@@ -84,6 +85,30 @@ def lower_batch_norm(graph: Graph) -> Graph:
         out.append(Node("Add", [mid, sc], [n.outputs[0]], {}, n.name + "_add"))
     g.nodes = out
     return eliminate_dead_code(g)
+
+
+def _lower_run_time_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
+    """An inference BatchNormalization whose parameters are not all constants:
+    ``(x - mean) / sqrt(var + eps) * scale + bias``, each parameter viewed along the channel axis."""
+    x = n.inputs[0]
+    t = g.types[x]
+    c = t.shape[1] if len(t.shape) > 1 else 1
+    per_channel = TensorType((c,) + (1,) * (len(t.shape) - 2), t.dtype)
+    em = _Emitter(g, out, n.name)
+    shape = em.const("channel_shape", np.asarray(per_channel.shape, np.int64))
+
+    def param(i: int, base: str) -> str:
+        v = n.inputs[i]
+        if v in g.consts:
+            return em.const(base, g.consts[v].astype(np.float32).reshape(per_channel.shape))
+        return em.node("Reshape", [v, shape], per_channel, base)
+
+    scale, bias, mean, var = (param(i, b) for i, b in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
+    eps = em.const("eps", np.float32(n.attrs.get("epsilon", 1e-5)))
+    std = em.node("Sqrt", [em.node("Add", [var, eps], per_channel, "var_eps")], per_channel, "std")
+    k = em.node("Div", [scale, std], per_channel, "k")
+    scaled = em.node("Mul", [em.node("Sub", [x, mean], t, "centred"), k], t, "scaled")
+    out.append(Node("Add", [scaled, bias], [n.outputs[0]], {}, n.name))
 
 
 def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
