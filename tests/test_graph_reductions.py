@@ -132,7 +132,8 @@ def test_lrn_after_a_convolution_runs_in_either_layout(size: int, tmp_path) -> N
     for i in range(3):
         for j in range(3):
             conv += np.einsum("nchw,kc->nkhw", padded[:, :, i:i + 9, j:j + 7], w64[:, :, i, j])
-    np.testing.assert_allclose(y, lrn_reference(np.maximum(conv, 0), size, 2e-3, 0.75, 2.0), rtol=1e-5, atol=1e-6)
+    want = lrn_reference(np.maximum(conv, 0), size, 2e-3, 0.75, 2.0)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
 def test_lrn_of_a_rank_3_input(tmp_path) -> None:  # noqa: ANN001
@@ -186,7 +187,8 @@ def test_a_batch_norm_of_statistics_computed_at_run_time(tmp_path) -> None:  # n
              numpy_helper.from_array(np.asarray([rows, width], np.int64), "back"),
              numpy_helper.from_array(s, "s"), numpy_helper.from_array(b, "b")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (rows, width))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))], initializer=inits)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (rows, width))],
+                          initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     x = (rng.standard_normal((rows, width)) * 3 + 2).astype(np.float32)
     (y,) = compiled(m, tmp_path).run({"x": x})

@@ -211,7 +211,8 @@ def test_older_resampling_forms_compute_the_asymmetric_resize(op: str, opset: in
     """They map output position o to source o / scale; nearest takes its floor, linear interpolates."""
     x = np.random.default_rng(opset).standard_normal(SHAPE).astype(F32)
     m = older_resample_model(op, opset, mode, scales, as_attribute)
-    (y,) = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=str(tmp_path), workers=1).run({"x": x})
+    module = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=str(tmp_path), workers=1)
+    (y,) = module.run({"x": x})
     want = x.astype(np.float64)
     for d, s in enumerate(scales):
         src = np.arange(int(np.floor(SHAPE[d] * s))) / s

@@ -95,6 +95,23 @@ def _check_window(node: Node, dims: Sequence[int] = (1, 2)) -> str | None:
     return None
 
 
+def _conv3d_type(node: Node, x: TensorType, w: TensorType, types: Types) -> TensorType:
+    n, c = x.shape[:2]
+    f, cg = w.shape[:2]
+    groups = int(node.attrs.get("group", 1))
+    if groups < 1 or c != cg * groups or f % groups:
+        raise GraphError(f"Conv node {node.name!r}: input {x.shape}, weight {w.shape}, group {groups}")
+    ks = node.attrs.get("kernel_shape")
+    if ks is not None and tuple(ks) != w.shape[2:]:
+        raise GraphError(f"Conv node {node.name!r}: kernel_shape {list(ks)} but weight {w.shape}")
+    if len(types) > 2 and types[2] is not None and types[2].shape != (f,):
+        raise GraphError(f"Conv node {node.name!r}: bias shape {types[2].shape}, expected ({f},)")
+    out = window_geometry(node.attrs, x.shape[2:], w.shape[2:])["out"]
+    if min(out) <= 0:
+        raise GraphError(f"Conv node {node.name!r}: output size {'x'.join(map(str, out))} is not positive")
+    return TensorType((n, f, *out), result_type(x))
+
+
 def _nchw_dims(t: TensorType, nhwc: bool) -> tuple[int, int, int, int]:
     if nhwc:
         n, h, w, c = t.shape
@@ -159,15 +176,42 @@ def conv2d_np(x: np.ndarray, w: np.ndarray, geo: dict, groups: int) -> np.ndarra
     return out.reshape(n, f, oh, ow)
 
 
+def depth_and_plane(geo: dict) -> tuple[dict, dict]:
+    """A 3-d window's geometry split into its depth axis and its (height, width) plane."""
+    p = geo["pads"]
+    depth = {k: (geo[k][0],) for k in ("strides", "dilations", "out")} | {"pads": (p[0], p[3])}
+    plane = {k: tuple(geo[k][1:]) for k in ("strides", "dilations", "out")}
+    plane["pads"] = (p[1], p[2], p[4], p[5])
+    return depth, plane
+
+
+def conv3d_np(x: np.ndarray, w: np.ndarray, geo: dict, groups: int) -> np.ndarray:
+    """NCDHW conv with OIDHW weights: for each output depth, the 2-d convolutions of the input
+    planes its window reads with the weight's planes, summed."""
+    depth, plane = depth_and_plane(geo)
+    xp = np.pad(x, ((0, 0), (0, 0), depth["pads"], (0, 0), (0, 0)))
+    (sd,), (dd,), (od,) = depth["strides"], depth["dilations"], depth["out"]
+    out = np.zeros((x.shape[0], w.shape[0], od, *plane["out"]), dtype=np.result_type(x, w))
+    for o in range(od):
+        for k in range(w.shape[2]):
+            out[:, :, o] += conv2d_np(xp[:, :, o * sd + k * dd], w[:, :, k], plane, groups)
+    return out
+
+
 # --- Conv ---------------------------------------------------------------------------------------------
 class _Conv:
+    """2-d convolutions (1-d ones through ``lifted``); 3-d ones are typed and evaluated here and
+    computed as 2-d ones over depth-stacked channels (``passes.lower_conv3d``)."""
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         check_operands(node, types)
         x, w = same(types[0]), same(types[1])
         nhwc = _is_nhwc(node.attrs)
+        if len(x.shape) == 5 and len(w.shape) == 5 and not nhwc:
+            return [_conv3d_type(node, x, w, types)]
         if len(x.shape) != 4 or len(w.shape) != 4:
-            raise GraphError(f"Conv node {node.name!r}: only 1-d and 2-d convolutions, got {x.shape}")
+            raise GraphError(f"Conv node {node.name!r}: only 1-, 2- and 3-d convolutions, got {x.shape}")
         n, c, h, wd = _nchw_dims(x, nhwc)
         if nhwc:
             kh, kw, cg, f = w.shape
@@ -190,6 +234,12 @@ class _Conv:
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         x, w = operand_np(xs[0], node.attrs, xs[0]), operand_np(xs[1], node.attrs, xs[0])
         nhwc = _is_nhwc(node.attrs)
+        if x.ndim == 5:
+            geo = window_geometry(node.attrs, x.shape[2:], w.shape[2:])
+            y = conv3d_np(x, w, geo, int(node.attrs.get("group", 1)))
+            if len(xs) > 2 and xs[2] is not None:
+                y = y + xs[2][:, None, None, None]
+            return [contiguous(y.astype(x.dtype, copy=False))]
         if nhwc:
             x, w = x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1)
         geo = window_geometry(node.attrs, x.shape[2:], w.shape[2:])
@@ -204,6 +254,8 @@ class _Conv:
     def te(attrs: dict, args: Sequence[Arg], name: str) -> te.Tensor:
         x = operand_te(tensor_arg(args[0]), attrs, name + "_x")
         w = operand_te(tensor_arg(args[1]), attrs, name + "_w")
+        if x.ndim == 5:
+            raise GraphError(f"Conv {name!r}: 3-d convolutions reach kernels as 2-d (passes.lower_conv3d)")
         nhwc = _is_nhwc(attrs)
         hw = x.shape[1:3] if nhwc else x.shape[2:]
         k = w.shape[:2] if nhwc else w.shape[2:]
@@ -872,6 +924,6 @@ def lifted(cls: type, op: str) -> type:
     return _Lifted
 
 
-register("Conv", ANCHOR, _check_window)(lifted(_Conv, "Conv"))
+register("Conv", ANCHOR, lambda node: _check_window(node, (1, 2, 3)))(lifted(_Conv, "Conv"))
 register("MaxPool", REDUCE, _check_pool)(lifted(_pool_def("MaxPool"), "MaxPool"))
 register("AveragePool", REDUCE, _check_pool)(lifted(_pool_def("AveragePool"), "AveragePool"))

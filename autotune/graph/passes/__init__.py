@@ -5,6 +5,7 @@
 - ``eliminate_dead_code`` drop nodes and constants no graph output depends on
 - ``fold_batch_norm``    Conv -> BatchNormalization becomes one Conv with scaled weights and a bias
 - ``lower_batch_norm``   any other BatchNormalization becomes Mul + Add with per-channel constants
+- ``lower_conv3d``       a 3-d Conv -> one 2-d Conv over depth-stacked channels (output depths in the batch)
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
@@ -50,6 +51,7 @@ from .layout import TO_NCHW, TO_NHWC, convert_layout
 from .lowering import (
     fold_batch_norm,
     lower_batch_norm,
+    lower_conv3d,
     lower_losses,
     lower_lrn,
     lower_quantize,
@@ -73,6 +75,7 @@ __all__ = [
     "fuse_gelu",
     "infer_types",
     "lower_batch_norm",
+    "lower_conv3d",
     "lower_einsum",
     "lower_losses",
     "lower_lrn",
@@ -114,7 +117,7 @@ def optimize(
     g = canonicalize_gemm(g)
     g = fuse_gelu(g)
     g = fold_batch_norm(g)
-    g = lower_batch_norm(g)
+    g = lower_conv3d(lower_batch_norm(g))
     g = convert_layout(g, layout)
     g = sink_views(scales_after_products(simplify_transposes(g)))
     g = fold_constants(g)

@@ -13,7 +13,7 @@ from ..ir import Graph, Node, TensorType
 from ..ops import (
     broadcast_shapes,
 )
-from .infer import eliminate_dead_code
+from .infer import eliminate_dead_code, infer_types
 from .rewrite import _add_const, _Emitter, _lower_nodes, _new_value
 
 
@@ -47,7 +47,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
         k, shift = params
         w = g.consts[conv.inputs[1]].astype(np.float64)
         b = g.consts[bias_name].astype(np.float64) if bias_name else np.zeros(w.shape[0])
-        w_new = (w * k[:, None, None, None]).astype(np.float32)
+        w_new = (w * k.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
         b_new = (b * k + shift).astype(np.float32)
         conv.inputs = [
             conv.inputs[0],
@@ -149,6 +149,72 @@ def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
             running = g.consts[n.inputs[2 + pos]].astype(np.float64) * momentum
             out.append(Node("Add", [part, const("running", running)], [n.outputs[pos]], {},
                             g.fresh_name(f"{n.name}_running{pos}")))
+
+
+def lower_conv3d(graph: Graph) -> Graph:
+    """A 3-d Conv (NCDHW) -> one 2-d Conv over depth-stacked channels: the input, zero-padded along
+    depth, is sliced once per kernel depth k (the planes ``o * stride + k * dilation`` for every
+    output depth o) and the slices concatenated on the channels (per group, k-major); output depths
+    move into the batch, the weight [F, Cg, Kd, Kh, Kw] becomes [F, Kd * Cg, Kh, Kw], and the
+    result [N * Do, F, Ho, Wo] is viewed back as [N, F, Do, Ho, Wo]."""
+    g = graph.copy()
+    out: list[Node] = []
+    for n in g.nodes:
+        if n.op == "Conv" and len(g.types[n.inputs[0]].shape) == 5:
+            _lower_one_conv3d(g, n, _Emitter(g, out, n.name))
+        else:
+            out.append(n)
+    g.nodes = out
+    return infer_types(eliminate_dead_code(g))
+
+
+def _lower_one_conv3d(g: Graph, n: Node, em: _Emitter) -> None:
+    from ..ops.nn import depth_and_plane, window_geometry
+
+    x, w = n.inputs[0], n.inputs[1]
+    (nb, c, d, h, wd), wt = g.types[x].shape, g.types[w]
+    dtype = g.types[x].dtype
+    f, cg, kd, kh, kw = wt.shape
+    groups = int(n.attrs.get("group", 1))
+    depth, plane = depth_and_plane(window_geometry(n.attrs, (d, h, wd), (kd, kh, kw)))
+    (sd,), (dd,), (od,) = depth["strides"], depth["dilations"], depth["out"]
+    oh, ow = plane["out"]
+
+    def ints(v: list[int]) -> str:
+        return em.const("ints", np.asarray(v, np.int64))
+
+    def node(op: str, ins: list[str], shape: tuple[int, ...], base: str, attrs: dict | None = None) -> str:
+        return em.node(op, ins, TensorType(shape, dtype), base, attrs)
+
+    if any(depth["pads"]):
+        lo, hi = depth["pads"]
+        d += lo + hi
+        x = node("Pad", [x, ints([0, 0, lo, 0, 0, 0, 0, hi, 0, 0])], (nb, c, d, h, wd), "depth_padded")
+    slices = [
+        node("Slice", [x, ints([k * dd]), ints([k * dd + (od - 1) * sd + 1]), ints([2]), ints([sd])],
+             (nb, c, od, h, wd), f"depth{k}")
+        for k in range(kd)
+    ]
+    stacked = slices[0]
+    if kd > 1:
+        stacked = node("Concat", slices, (nb, kd * c, od, h, wd), "stacked", {"axis": 1})
+    if groups > 1 and kd > 1:  # each group's channels together, k-major inside it
+        order = [k * c + grp * cg + i for grp in range(groups) for k in range(kd) for i in range(cg)]
+        stacked = node("Gather", [stacked, ints(order)], (nb, kd * c, od, h, wd), "grouped", {"axis": 1})
+    moved = node("Transpose", [stacked], (nb, od, kd * c, h, wd), "depth_first", {"perm": [0, 2, 1, 3, 4]})
+    planes = node("Reshape", [moved, ints([nb * od, kd * c, h, wd])], (nb * od, kd * c, h, wd), "planes")
+    if w in g.consts:
+        w2 = em.const("weight", g.consts[w].transpose(0, 2, 1, 3, 4).reshape(f, kd * cg, kh, kw))
+    else:
+        wm = em.node("Transpose", [w], TensorType((f, kd, cg, kh, kw), wt.dtype), "weight_moved",
+                     {"perm": [0, 2, 1, 3, 4]})
+        w2 = em.node("Reshape", [wm, ints([f, kd * cg, kh, kw])], TensorType((f, kd * cg, kh, kw), wt.dtype),
+                     "weight")
+    attrs = {"kernel_shape": [kh, kw], "strides": list(plane["strides"]), "group": groups,
+             "dilations": list(plane["dilations"]), "pads": list(plane["pads"])}
+    y2 = node("Conv", [planes, w2, *n.inputs[2:3]], (nb * od, f, oh, ow), "conv2d", attrs)
+    y5 = node("Reshape", [y2, ints([nb, od, f, oh, ow])], (nb, od, f, oh, ow), "depth_major")
+    em.node("Transpose", [y5], g.types[n.outputs[0]], "result", {"perm": [0, 2, 1, 3, 4]}, dst=n.outputs[0])
 
 
 def lower_lrn(graph: Graph) -> Graph:
