@@ -16,7 +16,7 @@ from typing import IO, Any, Self
 import sqlite_utils
 
 from .errors import RecordsError
-from .jsonl import Batch, dump_lines, parse_lines
+from .jsonl import Batch, dump_lines, open_jsonl, parse_lines
 from .owner import CLAIM_TTL_S, owner_alive
 from .record import (
     CONFIRM_LABEL,
@@ -531,18 +531,20 @@ class TuningDatabase:
     # -- exchange ------------------------------------------------------------
 
     def export_jsonl(self, fp_or_path: PathLike | IO[str]) -> int:
-        """Write everything as JSON lines; return the number of lines written."""
+        """Write everything as JSON lines (gzip-compressed to a path ending in ``.gz``); return the
+        number of lines written."""
         lines = dump_lines(self.workloads(), self.targets(), self._iter_measurements())
         if isinstance(fp_or_path, (str, Path)):
-            with open(fp_or_path, "w", encoding="utf-8") as fh:
+            with open_jsonl(fp_or_path, "w") as fh:
                 return _write_lines(fh, lines)
         return _write_lines(fp_or_path, lines)
 
     def import_jsonl(self, fp_or_path: PathLike | IO[str]) -> int:
-        """Import JSON lines atomically; return how many new measurements were added."""
+        """Import JSON lines (plain or gzip-compressed) atomically; return how many new measurements
+        were added."""
         if isinstance(fp_or_path, (str, Path)):
             source = str(fp_or_path)
-            with open(fp_or_path, encoding="utf-8") as fh:
+            with open_jsonl(fp_or_path, "r") as fh:
                 batch = parse_lines(fh, source)
         else:
             source = str(getattr(fp_or_path, "name", "<stream>"))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from .errors import RecordsError
 from .record import MeasurementRecord, canonical_json, check_record
@@ -113,10 +115,32 @@ def _parse_measurement(obj: Mapping[str, Any]) -> MeasurementRecord:
     return rec
 
 
+def open_jsonl(path: str | Path, mode: str) -> IO[str]:
+    """A JSON-lines file opened as text for reading (``"r"``) or writing (``"w"``), gzip-compressed
+    when read from a file that starts as gzip does or written to a name ending in ``.gz``."""
+    p = Path(path)
+    if mode == "r":
+        with p.open("rb") as fh:
+            zipped = fh.read(2) == b"\x1f\x8b"
+    else:
+        zipped = p.name.endswith(".gz")
+    if zipped:
+        return gzip.open(p, mode + "t", encoding="utf-8")
+    return p.open(mode, encoding="utf-8")
+
+
 def parse_lines(lines: Iterable[str], source: str) -> Batch:
     """Parse and validate every line; raise RecordsError naming the bad line."""
     batch = Batch()
-    for lineno, line in enumerate(lines, start=1):
+    numbered = enumerate(lines, start=1)
+    lineno = 0
+    while True:
+        try:
+            lineno, line = next(numbered)
+        except StopIteration:
+            break
+        except (UnicodeDecodeError, OSError, EOFError) as exc:  # not text, or a broken gzip stream
+            raise RecordsError(f"{source}: after line {lineno}: not UTF-8 JSON lines ({exc})") from None
         if not line.strip():
             continue
         try:

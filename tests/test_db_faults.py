@@ -284,3 +284,25 @@ def test_db_script_export_import_merge_and_bad_input(tmp_path: Path, tuned_db: P
         bad = _script("db.py", *args, cwd=tmp_path)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, (args, bad.stderr)
     assert not (tmp_path / "none.db").exists() and not (tmp_path / "no").exists()
+
+
+def test_records_travel_gzipped_and_a_bad_file_leaves_no_database(tmp_path: Path, tuned_db: Path) -> None:
+    with TuningDatabase(tuned_db, readonly=True) as d:
+        n = d.count()
+    packed = tmp_path / "records.jsonl.gz"
+    assert _script("db.py", "export", str(tuned_db), str(packed), cwd=tmp_path).returncode == 0
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"  # compressed because of its name
+    fresh = tmp_path / "fresh.db"
+    done = _script("db.py", "import", str(fresh), str(packed), cwd=tmp_path)
+    assert done.returncode == 0 and f"{n} new measurements" in done.stdout
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])  # a download cut short
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    for bad_file in (cut, garbage):
+        target = tmp_path / f"from_{bad_file.stem}.db"
+        bad = _script("db.py", "import", str(target), str(bad_file), cwd=tmp_path)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert not list(tmp_path.glob(f"{target.name}*")), "a failed import left a database behind"
+    with TuningDatabase(fresh, readonly=True) as d:
+        assert d.count() == n

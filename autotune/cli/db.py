@@ -62,18 +62,25 @@ def main(argv: list[str] | None = None, prog: str = "db.py") -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command not in ("import", "merge") and not Path(args.db).exists():
+    created = not Path(args.db).exists()
+    if args.command not in ("import", "merge") and created:
         raise UsageError(f"database {args.db} does not exist")
     # show, check, export and metadata read (a database in a read-only place works); the others write
     db = open_db(args.db, create=args.command not in ("show", "check", "export", "metadata"))
+    done = False
     try:
-        return _COMMANDS[args.command](db, args)
+        status = _COMMANDS[args.command](db, args)
+        done = True
+        return status
     except RecordsError as err:
         raise UsageError(str(err).splitlines()[0]) from None
     except OSError as err:
         raise UsageError(f"{err.filename or args.db}: {err.strerror or err}") from None
     finally:
         db.close()
+        if created and not done:  # an import or merge that failed leaves no new database behind
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{args.db}{suffix}").unlink(missing_ok=True)
 
 
 def _show(db, args: argparse.Namespace) -> int:  # noqa: ANN001
@@ -100,7 +107,7 @@ def _write_whole(path: str, write: Callable[[Path], object]) -> object:
         raise UsageError(f"{path} is a directory; name the file to write")
     if not out.parent.is_dir():
         raise UsageError(f"{path}: directory {str(out.parent)!r} does not exist")
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = out.with_name(f".tmp.{out.name}")  # the same suffix: an export to NAME.gz is compressed
     try:
         result = write(tmp)
         tmp.replace(out)
