@@ -3,19 +3,23 @@
 at that peak for the floating-point operations they compute (each task's flops times its calls).
 A ratio to a baseline above (baseline time / that floor) is out of reach for float32 kernels on
 this host that compute those operations, however well they are scheduled (an algorithm with fewer
-operations, such as a Winograd convolution, moves the floor: the model is prepared as
-``compile.py`` prepares it by default, with direct convolutions).
+operations, such as a Winograd convolution, moves the floor: without ``--db`` the model is
+prepared with direct convolutions).
 
     python bench/cpu_models/fma_peak/run.py --model zoo:bert_layer [--baseline-ms 10.9 | --time-onnxruntime]
+        [--db DB --out FILE]
 
-writes peak.json next to this file. The peak comes from a C loop of independent fused
-multiply-adds on the widest float vectors gcc targets here (-march=native), one OpenMP thread
-per core, best of 5."""
+writes peak.json next to this file (or ``--out``). With ``--db`` the model is prepared as compile.py
+prepares it with that database (each convolution in the Winograd form its records favour), and the
+output also lists every task's operations, calls and best recorded time against the peak. The
+peak comes from a C loop of independent fused multiply-adds on the widest float vectors gcc
+targets here (-march=native), one OpenMP thread per core, best of 5."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -70,11 +74,36 @@ def fma_peak(lanes: int) -> tuple[float, int]:
     return float(gflops), int(threads)
 
 
-def model_gflop(model: str) -> float:
-    """Floating-point operations of one call of the model's compiled kernels, in GFLOP."""
-    from autotune.graph.compiler import prepare
+def model_tasks(model: str, db_path: str | None) -> list:
+    """The tasks of the model's compiled kernels: as compile.py prepares the model with the database
+    ``db_path`` (Winograd forms by its records), or with direct convolutions when there is none."""
+    from autotune.graph.compiler import choose_winograd, prepare
+    from autotune.target import cpu_target
 
-    return sum(t.workload.flops * t.weight for t in prepare(model).tasks) / 1e9
+    if db_path is None:
+        return prepare(model).tasks
+    from records import TuningDatabase
+
+    with TuningDatabase(db_path, readonly=True) as db:
+        return choose_winograd(model, cpu_target(), db, "NHWC", (2, 4)).tasks
+
+
+def task_table(tasks: list, db_path: str, peak: float) -> list[dict]:
+    """Per task: operations, calls, best recorded time and its GFLOP/s (slowest share first)."""
+    from autotune.target import cpu_target
+    from records import TuningDatabase
+
+    rows = []
+    with TuningDatabase(db_path, readonly=True) as db:
+        for t in tasks:
+            rec = db.best(t.key, cpu_target().key)
+            ms = rec.mean_s * 1e3 if rec else None
+            floor = t.workload.flops / peak / 1e6
+            mflop = t.workload.flops / 1e6
+            rows.append({"task": t.workload.name, "calls": t.weight, "mflop": round(mflop, 2),
+                         "best_ms": ms and round(ms, 4), "floor_ms": round(floor, 4),
+                         "gflops": ms and round(t.workload.flops / ms / 1e6, 1)})
+    return sorted(rows, key=lambda r: -(r["best_ms"] or 0) * r["calls"])
 
 
 def onnxruntime_ms(model: str) -> float:
@@ -97,13 +126,15 @@ def main() -> int:
     p.add_argument("--baseline-ms", type=float, help="a baseline's time for the model (e.g. onnxruntime's)")
     p.add_argument("--time-onnxruntime", action="store_true",
                    help="time onnxruntime on the model here (median of 7) and use that as the baseline")
+    p.add_argument("--db", help="prepare the model as compile.py does with this records database")
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("peak.json"))
     args = p.parse_args()
     from autotune.target import cpu_target
 
     lanes = cpu_target().vector_lanes
     peak, threads = fma_peak(lanes)
-    gflop = model_gflop(args.model)
+    tasks = model_tasks(args.model, args.db)
+    gflop = sum(t.workload.flops * t.weight for t in tasks) / 1e9
     floor_ms = 1e3 * gflop / peak
     out = {"cpu": cpu_target().describe(), "lanes": lanes, "threads": threads, "fma_peak_gflops": peak,
            "model": args.model, "model_gflop": round(gflop, 4), "floor_ms_at_peak": round(floor_ms, 3)}
@@ -113,8 +144,12 @@ def main() -> int:
     if args.baseline_ms:
         out["baseline_ms"] = args.baseline_ms
         out["max_speedup_over_baseline"] = round(args.baseline_ms / floor_ms, 3)
+    if args.db:
+        rows = task_table(tasks, args.db, peak)
+        out["tuned_ms"] = round(sum((r["best_ms"] or math.nan) * r["calls"] for r in rows), 3)
+        out["tasks"] = rows
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps(out))
+    print(json.dumps({k: v for k, v in out.items() if k != "tasks"}))
     return 0
 
 
