@@ -216,3 +216,17 @@ def test_layout_choice_follows_the_estimated_latency(tmp_path) -> None:  # noqa:
                 db.add_measurement(rec)
         assert estimated_latency(nchw.tasks, target, db) < estimated_latency(nhwc.tasks, target, db)
         assert choose_layout(SMALL_RESNET, target, db).layout == "NCHW"
+
+
+def test_scheduler_spends_on_the_form_of_an_operator_that_wins() -> None:
+    """Tasks 0 (shared), 1 (a convolution computed directly) and 2, 3 (its Winograd form)."""
+    s = GradientScheduler([1, 0, 0, 0], batch_size=4, epsilon=0.0, choices=[[[(1, 1)], [(2, 1), (3, 1)]]])
+    for i, best in enumerate((1e-3, 3e-3, 0.5e-3, 0.4e-3)):
+        s.observe(i, 4, best)
+        s.finished_round(i)
+    # the Winograd form costs 0.9 ms against 3 ms: its tasks carry the convolution's weight
+    assert s.weight(1) < 1e-6 and s.weight(2) == pytest.approx(1.0) and s.weight(3) == pytest.approx(1.0)
+    assert s.estimated_latency() == pytest.approx(1e-3 + 0.9e-3)
+    assert s.next_task() in (0, 2, 3) and s.gradient(1) > s.gradient(2)
+    s.observe(1, 8, 0.9e-3)  # the direct form catches up: both forms are tuned side by side
+    assert s.weight(1) == pytest.approx(0.5) and s.weight(2) == pytest.approx(0.5)

@@ -180,3 +180,22 @@ def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones
         want = estimated_latency(chosen.tasks, cpu_target(), d)
     every = sum(t["weighted_s"] for t in out["tasks"])
     assert out["estimated_latency_s"] == pytest.approx(want) and want < every
+
+
+def test_the_scheduler_sees_each_convolution_once_in_each_of_its_forms() -> None:
+    from autotune.graph.tuning import model_tasks, scheduler_weights
+
+    g = load_model(RESNET)
+    prepared = [prepare(g, "NHWC")] + [prepare(g, "NHWC", winograd=m) for m in (2, 4)]
+    tasks = model_tasks(prepared)
+    weights, choices = scheduler_weights(prepared, [mt.task.key for mt in tasks])
+    assert len(choices) == 13  # the stride-1 3x3 convolutions
+    for forms in choices:  # direct: one kernel; F(2x2) and F(4x4): transform, product, transform
+        assert [sum(calls for _, calls in f) for f in forms] == [1, 3, 3]
+    direct = prepared[0]
+    # the other kernels (stem, pools, strided and 1x1 convs, classifier) count once each
+    assert sum(weights) == len(direct.calls) - 13
+    # each task's calls across the forms add up to the calls of its kernel in the preparations
+    for i, mt in enumerate(tasks):
+        in_forms = sum(c for forms in choices for f in forms for j, c in f if j == i)
+        assert weights[i] + in_forms >= mt.weight

@@ -110,6 +110,28 @@ def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -
     return out
 
 
+def conv_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]], list[str]]:
+    """How the preparations of one model (one layout: the direct one and Winograd copies) compute
+    it: each convolution that has a Winograd form -> its forms, each the task keys of the kernels
+    computing it (direct: one; F(m x m): the transforms and the product); and the task keys of
+    every other kernel call, which every form shares (from the direct preparation)."""
+    direct = next(p for p in prepared if not p.winograd_convs)
+    copies = [p for p in prepared if p.winograd_convs]
+
+    def keys_by_node(p: Prepared) -> dict[str, str]:
+        return {n.name: p.tasks[call.task].key for call in p.calls for n in call.group.nodes}
+
+    direct_keys = keys_by_node(direct)
+    forms: dict[str, list[list[str]]] = {}
+    for p in copies:
+        keys = keys_by_node(p)
+        for c in p.winograd_convs:
+            forms.setdefault(c, [[direct_keys[c]]]).append([keys[c + s] for s in SUFFIXES])
+    shared = [direct.tasks[call.task].key for call in direct.calls
+              if not any(n.name in forms for n in call.group.nodes)]
+    return forms, shared
+
+
 def choose_winograd(
     model: Any,
     target: Target,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -20,8 +21,8 @@ from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
 from ..search.tune import TuneSummary, _progress, _record, register, summarize, where_time_went
 from ..target import Target
-from .compiler import Prepared
-from .scheduler import GradientScheduler
+from .compiler import Prepared, conv_forms
+from .scheduler import Form, GradientScheduler
 from .tasks import Task
 
 logger = logging.getLogger("autotune.tune")
@@ -101,6 +102,26 @@ def model_tasks(prepared: Sequence[Prepared]) -> list[ModelTask]:
             else:
                 out[t.key] = ModelTask(t, t.weight)
     return list(out.values())
+
+
+def scheduler_weights(prepared: Sequence[Prepared], keys: list[str]) -> tuple[list[float], list[list[Form]]]:
+    """The scheduler's view of the tasks ``keys``: each task's calls outside alternative forms, and
+    each convolution's forms (direct and Winograd; see ``compiler.conv_forms``) as lists of (task
+    index, calls). Preparations in several layouts are alternatives of the whole model: there every
+    task counts with its calls and there are no per-convolution choices."""
+    index = {k: i for i, k in enumerate(keys)}
+    if len({p.layout for p in prepared}) > 1 or not any(p.winograd_convs for p in prepared):
+        weights = [0.0] * len(keys)
+        for mt in model_tasks(prepared):
+            weights[index[mt.task.key]] = float(mt.weight)
+        return weights, []
+    forms, shared = conv_forms(prepared)
+    weights = [0.0] * len(keys)
+    for k in shared:
+        weights[index[k]] += 1.0
+    choices = [[list(Counter(index[k] for k in form).items()) for form in alternatives]
+               for alternatives in forms.values()]
+    return weights, choices
 
 
 class _TaskSession:
@@ -200,7 +221,8 @@ def tune_model(
         def make_measurer(wl: Any) -> WorkloadMeasurer:
             return WorkloadMeasurer(wl, target, builder, runner, options.run)
     tasks = model_tasks(prepared)
-    sched = GradientScheduler([t.weight for t in tasks], options.batch_size, seed=options.seed)
+    weights, choices = scheduler_weights(prepared, [mt.task.key for mt in tasks])
+    sched = GradientScheduler(weights, options.batch_size, seed=options.seed, choices=choices)
     for i, mt in enumerate(tasks):
         n = len(db.measured_config_keys(mt.task.key, target.key))  # (confirmations are no trials)
         if n:
