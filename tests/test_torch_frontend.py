@@ -34,6 +34,20 @@ class ConvNet(torch.nn.Module):
         return F.log_softmax(self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1)), -1)
 
 
+class VideoNet(torch.nn.Module):
+    """3-d convolutions and pools (NCDHW), as video models have them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv3d(3, 8, 3, stride=(1, 2, 2), padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm3d(8)
+        self.c2 = torch.nn.Conv3d(8, 8, (3, 1, 1), padding=(1, 0, 0), groups=4)
+
+    def forward(self, x):
+        x = F.max_pool3d(F.relu(self.b1(self.c1(x))), 2)
+        return F.avg_pool3d(F.relu(self.c2(x)), (1, 2, 2)).flatten(1)
+
+
 class Block(torch.nn.Module):
     """A transformer layer: layer norm, multi-head attention, GELU feed-forward."""
 
@@ -104,7 +118,8 @@ def _inputs(name: str):
         mask = torch.ones(2, 7, dtype=torch.int64)
         mask[0, 4:] = 0
         return (torch.randint(0, 50, (2, 7), generator=g), mask)
-    shape = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4)}.get(name, (2, 8, 32))
+    shapes = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4), "video": (1, 3, 4, 12, 12)}
+    shape = shapes.get(name, (2, 8, 32))
     return (torch.randn(*shape, generator=g),)
 
 
@@ -113,7 +128,8 @@ def _close(got, want) -> None:
 
 
 @pytest.mark.parametrize(
-    "name,cls", [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers)]
+    "name,cls",
+    [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers), ("video", VideoNet)],
 )
 def test_torch_compile_backend_matches_eager(name, cls, caplog):
     torch.manual_seed(0)

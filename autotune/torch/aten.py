@@ -405,24 +405,29 @@ def _pool_attrs(k: Sequence[int], stride: Sequence[int], padding: Sequence[int],
     )
 
 
-@converts(aten.max_pool2d_with_indices.default)
+def _pool_dims(node: torch.fx.Node) -> int:
+    """2 or 3: the spatial dims of a 2-d or 3-d pool."""
+    return 3 if node.target in (aten.max_pool3d_with_indices.default, aten.avg_pool3d.default) else 2
+
+
+@converts(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
 def _max_pool(cx: Emitter, node: torch.fx.Node) -> list[str]:
-    x, k = node.args[0], list(node.args[1])
+    x, k, nd = node.args[0], list(node.args[1]), _pool_dims(node)
     stride = list(arg(node, 2, "stride", []) or [])
     padding, dilation = list(arg(node, 3, "padding", [0])), list(arg(node, 4, "dilation", [1]))
-    attrs = _pool_attrs(k if len(k) == 2 else k * 2, stride, padding, arg(node, 5, "ceil_mode", False))
-    attrs["dilations"] = dilation * (2 if len(dilation) == 1 else 1)
+    attrs = _pool_attrs(k if len(k) == nd else k * nd, stride, padding, arg(node, 5, "ceil_mode", False))
+    attrs["dilations"] = dilation * (nd if len(dilation) == 1 else 1)
     return [cx.one("MaxPool", [cx.value(x)], **attrs), ""]
 
 
-@converts(aten.avg_pool2d.default)
+@converts(aten.avg_pool2d.default, aten.avg_pool3d.default)
 def _avg_pool(cx: Emitter, node: torch.fx.Node) -> str:
-    x, k = node.args[0], list(node.args[1])
+    x, k, nd = node.args[0], list(node.args[1]), _pool_dims(node)
     stride = list(arg(node, 2, "stride", []) or [])
     padding = list(arg(node, 3, "padding", [0]))
     if arg(node, 6, "divisor_override", None) is not None:
-        raise GraphError("avg_pool2d with divisor_override")
-    attrs = _pool_attrs(k if len(k) == 2 else k * 2, stride, padding, arg(node, 4, "ceil_mode", False))
+        raise GraphError("average pool with divisor_override")
+    attrs = _pool_attrs(k if len(k) == nd else k * nd, stride, padding, arg(node, 4, "ceil_mode", False))
     include = bool(arg(node, 5, "count_include_pad", True))
     return cx.one("AveragePool", [cx.value(x)], count_include_pad=int(include), **attrs)
 
@@ -691,6 +696,7 @@ READABLE_OUTPUTS = {
     aten._native_batch_norm_legit_no_training.default: {0},
     aten.native_layer_norm.default: {0},
     aten.max_pool2d_with_indices.default: {0},
+    aten.max_pool3d_with_indices.default: {0},
 }
 
 
