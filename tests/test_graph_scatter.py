@@ -92,3 +92,29 @@ def test_what_is_not_compiled_is_rejected_by_name() -> None:
     del m.graph.initializer[:]
     with pytest.raises(UnsupportedModelError, match="indices must be a constant"):
         from_onnx(m)
+
+
+@pytest.mark.parametrize("index_type,axis", [(TensorProto.INT64, -1), (TensorProto.FLOAT, 1)])
+def test_one_hot_of_run_time_indices(index_type: int, axis: int, cache: str) -> None:
+    """Negative indices count from depth, float ones are truncated, out-of-range ones mark nothing;
+    the on/off values come as a run-time input."""
+    depth = 5
+    raw = np.array([[0, 4, -1, 7], [2, -5, 3, -6]])
+    whole = index_type != TensorProto.FLOAT
+    idx = raw.astype(np.int64) if whole else (raw + 0.4 * np.sign(raw)).astype(np.float32)  # truncated
+    g = helper.make_graph(
+        [helper.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=axis)], "g",
+        [helper.make_tensor_value_info("i", index_type, raw.shape),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, (2,))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])],
+        initializer=[numpy_helper.from_array(np.asarray([depth], np.int64), "depth")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    v = np.array([-2.5, 3.0], np.float32)
+    module = compile_model(from_onnx(m), db=None, verbose=False, cache_dir=cache, workers=1)
+    (y,) = module.run({"i": idx, "v": v})
+    want = np.full((2, depth, 4) if axis == 1 else (2, 4, depth), -2.5, np.float32)
+    for (r, c), k in np.ndenumerate(raw):
+        k = k + depth if k < 0 else k
+        if 0 <= k < depth:
+            want[(r, k, c) if axis == 1 else (r, c, k)] = 3.0
+    np.testing.assert_array_equal(y, want)

@@ -20,17 +20,17 @@ IMAGE = 224
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One model input: an image or a signal (float32, standard normal), token ids (int64 in
+    """One model input: an image, a video clip or a signal (float32, standard normal), token ids (int64 in
     [0, vocab)) or an attention mask (int64 ones then zeros: a padded sequence)."""
 
     name: str
-    kind: str  # "image" | "signal" | "token_ids" | "attention_mask"
+    kind: str  # "image" | "video" | "signal" | "token_ids" | "attention_mask"
     shape: tuple[int, ...]
     vocab: int = 0
 
     @property
     def is_float(self) -> bool:
-        return self.kind in ("image", "signal")
+        return self.kind in ("image", "video", "signal")
 
     @property
     def dtype(self) -> str:
@@ -114,6 +114,32 @@ def _tv(name: str, **kwargs: Any) -> Callable[[], Any]:
     return build
 
 
+def _tv_dense(kind: str, name: str) -> Callable[[], Any]:
+    """A torchvision segmentation model (``kind`` "segmentation", random backbone too) returning
+    its "out" map, or a video model (``kind`` "video")."""
+
+    def build() -> Any:
+        import torch
+
+        tv = import_torchvision()
+        extra = {"weights_backbone": None} if kind == "segmentation" else {}
+        model = getattr(getattr(tv.models, kind), name)(weights=None, **extra)
+        if kind != "segmentation":
+            return model
+
+        class Out(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, x: Any) -> Any:
+                return self.model(x)["out"]
+
+        return Out()
+
+    return build
+
+
 def _vit_tiny() -> Any:
     tv = import_torchvision()
     return tv.models.vision_transformer.VisionTransformer(
@@ -122,6 +148,10 @@ def _vit_tiny() -> Any:
 
 def _image(size: int = IMAGE, width: int | None = None, batch: int = 1) -> tuple[InputSpec, ...]:
     return (InputSpec("x", "image", (batch, 3, size, width or size)),)
+
+
+def _video(frames: int = 8, size: int = 112) -> tuple[InputSpec, ...]:
+    return (InputSpec("x", "video", (1, 3, frames, size, size)),)
 
 
 # --- Hugging Face -----------------------------------------------------------------------------------
@@ -213,10 +243,52 @@ _HF: dict[str, tuple[str, str, dict, str]] = {
     "wav2vec2": ("Wav2Vec2Config", "Wav2Vec2Model",
                  dict(_HF_TINY, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
                       num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), "signal"),
+    "hubert": ("HubertConfig", "HubertModel",
+               dict(_HF_TINY, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                    num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), "signal"),
+    "llama": ("LlamaConfig", "LlamaModel", dict(_HF_TINY, vocab_size=_HF_VOCAB, num_key_value_heads=1),
+              "tokens"),
+    "mistral": ("MistralConfig", "MistralModel",
+                dict(_HF_TINY, vocab_size=_HF_VOCAB, num_key_value_heads=1, sliding_window=16), "tokens"),
+    "qwen2": ("Qwen2Config", "Qwen2Model", dict(_HF_TINY, vocab_size=_HF_VOCAB, num_key_value_heads=2),
+              "tokens"),
+    "opt": ("OPTConfig", "OPTModel",
+            {"num_hidden_layers": TINY["layers"], "hidden_size": TINY["hidden"],
+             "num_attention_heads": TINY["heads"], "ffn_dim": TINY["ffn"],
+             "word_embed_proj_dim": TINY["hidden"], "vocab_size": _HF_VOCAB}, "tokens"),
+    "albert": ("AlbertConfig", "AlbertModel", dict(_HF_TINY, vocab_size=_HF_VOCAB, embedding_size=64),
+               "tokens"),
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", dict(_HF_TINY, vocab_size=_HF_VOCAB), "tokens"),
+    "mobilebert": ("MobileBertConfig", "MobileBertModel",
+                   dict(_HF_TINY, vocab_size=_HF_VOCAB, intermediate_size=128, intra_bottleneck_size=64,
+                        embedding_size=64, true_hidden_size=64), "tokens"),
+    "squeezebert": ("SqueezeBertConfig", "SqueezeBertModel",
+                    dict(_HF_TINY, vocab_size=_HF_VOCAB, embedding_size=TINY["hidden"]), "tokens"),
+    "convbert": ("ConvBertConfig", "ConvBertModel",
+                 dict(_HF_TINY, vocab_size=_HF_VOCAB, embedding_size=TINY["hidden"]), "tokens"),
+    "clip_text": ("CLIPTextConfig", "CLIPTextModel",
+                  dict(_HF_TINY, vocab_size=_HF_VOCAB, max_position_embeddings=SEQ), "tokens"),
+    "clip_vision": ("CLIPVisionConfig", "CLIPVisionModel", dict(_HF_TINY, image_size=64, patch_size=16),
+                    "image"),
+    "dinov2": ("Dinov2Config", "Dinov2Model", dict(_HF_TINY, image_size=64, patch_size=16), "image"),
+    "levit": ("LevitConfig", "LevitModel", {"image_size": 64}, "image"),
+    "poolformer": ("PoolFormerConfig", "PoolFormerModel", {"depths": [1, 1, 1, 1],
+                                                           "hidden_sizes": [16, 32, 64, 128]}, "image"),
+    "hf_convnext": ("ConvNextConfig", "ConvNextModel", {"depths": [1, 1, 2, 1],
+                                                        "hidden_sizes": [16, 32, 64, 128]}, "image"),
+    "hf_resnet": ("ResNetConfig", "ResNetModel", {"depths": [1, 1, 1, 1], "hidden_sizes": [32, 64, 128, 256],
+                                                  "layer_type": "bottleneck"}, "image"),
+    "hf_swin": ("SwinConfig", "SwinModel", {"image_size": 64, "embed_dim": 32, "depths": [1, 2],
+                                            "num_heads": [1, 2], "window_size": 4}, "image"),
 }
 _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
               "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
-              "segformer": "SegFormer", "mobilevit": "MobileViT", "wav2vec2": "Wav2Vec2"}
+              "segformer": "SegFormer", "mobilevit": "MobileViT", "wav2vec2": "Wav2Vec2", "hubert": "HuBERT",
+              "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "opt": "OPT", "albert": "ALBERT",
+              "deberta_v2": "DeBERTa-v2", "mobilebert": "MobileBERT", "squeezebert": "SqueezeBERT",
+              "convbert": "ConvBERT", "clip_text": "CLIP", "clip_vision": "CLIP", "dinov2": "DINOv2",
+              "levit": "LeViT", "poolformer": "PoolFormer", "hf_convnext": "ConvNeXt", "hf_resnet": "ResNet",
+              "hf_swin": "Swin"}
 
 
 def _hf(kind: str) -> Callable[[], Any]:
@@ -304,6 +376,16 @@ def _specs() -> list[ModelSpec]:
         ("vgg11_bn", "VGG", 31, _tv("vgg11_bn"), _image(), ""),
         ("swin_v2_t", "Swin", 32, _tv("swin_v2_t"), _image(256), "256x256 input"),
         ("vit_b_32", "ViT", 32, _tv("vit_b_32"), _image(), ""),
+        # dense prediction and video: segmentation maps, 3-d convolutions over frames
+        ("fcn_resnet50", "FCN", 34, _tv_dense("segmentation", "fcn_resnet50"), _image(), "the \"out\" map"),
+        ("deeplabv3_mobilenet_v3_large", "DeepLabV3", 34,
+         _tv_dense("segmentation", "deeplabv3_mobilenet_v3_large"), _image(), "the \"out\" map"),
+        ("lraspp_mobilenet_v3_large", "LR-ASPP", 34, _tv_dense("segmentation", "lraspp_mobilenet_v3_large"),
+         _image(), "the \"out\" map"),
+        ("r3d_18", "Video ResNet", 34, _tv_dense("video", "r3d_18"), _video(), "8 frames of 112x112"),
+        ("mc3_18", "Video ResNet", 34, _tv_dense("video", "mc3_18"), _video(), "8 frames of 112x112"),
+        ("r2plus1d_18", "Video ResNet", 34, _tv_dense("video", "r2plus1d_18"), _video(),
+         "8 frames of 112x112"),
     ]
     out = [ModelSpec(n, f, r, b, i, ("logits",), note) for n, f, r, b, i, note in v]
     for j, kind in enumerate(("bert", "distilbert", "roberta", "gpt2", "t5_encoder")):

@@ -23,6 +23,8 @@ from .base import (
     Consts,
     Types,
     broadcast_shapes,
+    kernel_dtype,
+    need_const,
     norm_axis,
     operand,
     register,
@@ -658,3 +660,46 @@ class _Trilu:
 
 
 register("Trilu", INJECTIVE)(_Trilu)
+
+
+# --- OneHot -------------------------------------------------------------------------------------------
+def one_hot_axis(node: Any, rank: int) -> int:
+    """The position of OneHot's new axis in its output of rank ``rank + 1``."""
+    return norm_axis(int(node.attrs.get("axis", -1)), rank + 1, "OneHot")
+
+
+def one_hot_depth(node: Any, depth: Any) -> int:
+    d = np.asarray(depth).reshape(-1)
+    if d.size != 1 or int(d[0]) < 1:
+        raise GraphError(f"OneHot node {node.name!r}: depth {d.tolist()} is not one positive number")
+    return int(d[0])
+
+
+class _OneHot:
+    """``values[1]`` where an index (a negative one counted from ``depth``; a float one truncated)
+    equals the position along the new ``axis``, ``values[0]`` elsewhere: an index out of range marks
+    nothing. ``passes.lower_one_hot`` computes it with Equal and Where."""
+
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        idx, values = same(types[0]), same(types[2])
+        depth = one_hot_depth(node, need_const(node, consts, 1, "depth"))
+        if values.shape != (2,):
+            raise GraphError(f"OneHot node {node.name!r}: values {values.shape}, expected (2,)")
+        axis = one_hot_axis(node, len(idx.shape))
+        out = TensorType(idx.shape[:axis] + (depth,) + idx.shape[axis:], values.dtype)
+        if consts[0] is None or consts[2] is None:  # computed at run time: by kernels
+            kernel_dtype(node, out)
+        return [out]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        idx, values = np.trunc(np.asarray(xs[0])).astype(np.int64), np.asarray(xs[2])
+        depth = one_hot_depth(node, xs[1])
+        axis = one_hot_axis(node, idx.ndim)
+        idx = np.where(idx < 0, idx + depth, idx)
+        pos = np.arange(depth).reshape([depth if d == axis else 1 for d in range(idx.ndim + 1)])
+        return [np.where(np.expand_dims(idx, axis) == pos, values[1], values[0]).astype(values.dtype)]
+
+
+register("OneHot", REWRITE)(_OneHot)

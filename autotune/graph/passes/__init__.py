@@ -9,6 +9,7 @@
 - ``canonicalize_gemm``  Gemm -> MatMul (+ Mul alpha) (+ Add bias), constant weights pre-transposed
 - ``fuse_gelu``          the erf form x * 0.5 * (1 + erf(x / sqrt 2)) (and its variants) -> Gelu
 - ``remove_identities``  Identity / Dropout disappear
+- ``lower_one_hot``      OneHot -> Equal of the (wrapped) index with the positions, then Where
 - ``lower_lrn``          LRN -> its channel window's sum of squares as a 1x1 convolution, then elementwise
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
 - ``lower_quantize``     Quantize/DequantizeLinear, MatMulInteger, QLinearMatMul -> the operators of each
@@ -54,6 +55,7 @@ from .lowering import (
     lower_conv3d,
     lower_losses,
     lower_lrn,
+    lower_one_hot,
     lower_quantize,
     lower_recurrent,
 )
@@ -79,6 +81,7 @@ __all__ = [
     "lower_einsum",
     "lower_losses",
     "lower_lrn",
+    "lower_one_hot",
     "lower_quantize",
     "lower_recurrent",
     "matmul_vectors_to_matrices",
@@ -108,7 +111,7 @@ def optimize(
     convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
-    g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_lrn(g)))))
+    g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_one_hot(lower_lrn(g))))))
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)

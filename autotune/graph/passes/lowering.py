@@ -1,6 +1,6 @@
 """Operators computed through others: batch normalization (folded into a convolution, or per
-channel Mul + Add; training mode from the batch), local response normalization, the losses,
-quantization, recurrent layers."""
+channel Mul + Add; training mode from the batch), 3-d convolutions, local response normalization,
+OneHot, the losses, quantization, recurrent layers."""
 
 
 from __future__ import annotations
@@ -215,6 +215,41 @@ def _lower_one_conv3d(g: Graph, n: Node, em: _Emitter) -> None:
     y2 = node("Conv", [planes, w2, *n.inputs[2:3]], (nb * od, f, oh, ow), "conv2d", attrs)
     y5 = node("Reshape", [y2, ints([nb, od, f, oh, ow])], (nb, od, f, oh, ow), "depth_major")
     em.node("Transpose", [y5], g.types[n.outputs[0]], "result", {"perm": [0, 2, 1, 3, 4]}, dst=n.outputs[0])
+
+
+def lower_one_hot(graph: Graph) -> Graph:
+    """OneHot -> ``Where(Equal(Unsqueeze(index), positions), on, off)``: the index made whole (a float
+    one truncated by a Cast) and counted from ``depth`` when negative, compared with the constant
+    positions 0..depth-1 along the new axis."""
+    from ..ops.movement import one_hot_axis, one_hot_depth
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        idx, values = n.inputs[0], n.inputs[2]
+        depth = one_hot_depth(n, g.consts[n.inputs[1]])
+        it, yt = g.types[idx], g.types[n.outputs[0]]
+        if it.dtype.startswith("float"):
+            it = TensorType(it.shape, "int64")
+            idx = em.node("Cast", [idx], it, "whole", {"to": _onnx_code("int64")})
+        axis = one_hot_axis(n, len(it.shape))
+        flags = TensorType(it.shape, "bool")
+        below = em.node("Less", [idx, em.const("zero", np.asarray(0, it.dtype))], flags, "negative")
+        shifted = em.node("Add", [idx, em.const("depth", np.asarray(depth, it.dtype))], it, "from_end")
+        wrapped = em.node("Where", [below, shifted, idx], it, "wrapped")
+        at_t = TensorType(it.shape[:axis] + (1,) + it.shape[axis:], it.dtype)
+        at = em.node("Unsqueeze", [wrapped, em.const("axis", np.asarray([axis], np.int64))], at_t, "at")
+        along = [depth if d == axis else 1 for d in range(len(yt.shape))]
+        positions = np.arange(depth, dtype=it.dtype).reshape(along)
+        hit = em.node("Equal", [at, em.const("positions", positions)], TensorType(yt.shape, "bool"), "hit")
+
+        def value(k: int) -> str:
+            if values in g.consts:
+                return em.const(f"value{k}", np.asarray(g.consts[values][k], yt.dtype))
+            pick = em.const(f"at{k}", np.asarray(k, np.int64))
+            return em.node("Gather", [values, pick], TensorType((), yt.dtype), f"value{k}", {"axis": 0})
+
+        em.node("Where", [hit, value(1), value(0)], yt, "one_hot", dst=n.outputs[0])
+
+    return _lower_nodes(graph, ("OneHot",), lower)
 
 
 def lower_lrn(graph: Graph) -> Graph:
