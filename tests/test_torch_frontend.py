@@ -48,6 +48,21 @@ class VideoNet(torch.nn.Module):
         return F.avg_pool3d(F.relu(self.c2(x)), (1, 2, 2)).flatten(1)
 
 
+class Resample(torch.nn.Module):
+    """Group norms and 2-d resampling as segmentation heads have them: bilinear by a scale factor
+    and to a size with aligned corners, nearest by a factor and to a size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gn, self.gn1 = torch.nn.GroupNorm(2, 6), torch.nn.GroupNorm(1, 6, affine=False)
+
+    def forward(self, x):
+        parts = [F.interpolate(self.gn(x), scale_factor=1.5, mode="bilinear", align_corners=False),
+                 F.interpolate(self.gn1(x), size=(13, 7), mode="bilinear", align_corners=True),
+                 F.interpolate(x, scale_factor=2.0, mode="nearest"), F.interpolate(x, size=(5, 11))]
+        return torch.cat([p.flatten(1) for p in parts], 1)
+
+
 class Block(torch.nn.Module):
     """A transformer layer: layer norm, multi-head attention, GELU feed-forward."""
 
@@ -118,7 +133,8 @@ def _inputs(name: str):
         mask = torch.ones(2, 7, dtype=torch.int64)
         mask[0, 4:] = 0
         return (torch.randint(0, 50, (2, 7), generator=g), mask)
-    shapes = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4), "video": (1, 3, 4, 12, 12)}
+    shapes = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4), "video": (1, 3, 4, 12, 12),
+              "resample": (1, 6, 9, 10)}
     shape = shapes.get(name, (2, 8, 32))
     return (torch.randn(*shape, generator=g),)
 
@@ -129,7 +145,8 @@ def _close(got, want) -> None:
 
 @pytest.mark.parametrize(
     "name,cls",
-    [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers), ("video", VideoNet)],
+    [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers), ("video", VideoNet),
+     ("resample", Resample)],
 )
 def test_torch_compile_backend_matches_eager(name, cls, caplog):
     torch.manual_seed(0)

@@ -377,6 +377,16 @@ def _batch_norm(cx: Emitter, node: torch.fx.Node) -> list[str]:
     return [out, "", ""]
 
 
+@converts(aten.native_group_norm.default)
+def _group_norm(cx: Emitter, node: torch.fx.Node) -> list[str]:
+    x, w, b = node.args[:3]
+    c, groups, eps = int(node.args[4]), int(node.args[6]), float(node.args[7])
+    scale = cx.value(w) if w is not None else cx.const(np.ones(c), "float32")
+    bias = cx.value(b) if b is not None else cx.const(np.zeros(c), "float32")
+    out = cx.one("GroupNormalization", [cx.value(x), scale, bias], num_groups=groups, epsilon=eps)
+    return [out, "", ""]
+
+
 @converts(aten.native_layer_norm.default)
 def _layer_norm(cx: Emitter, node: torch.fx.Node) -> list[str]:
     x, shape, w, b, eps = node.args[:5]
@@ -430,6 +440,26 @@ def _avg_pool(cx: Emitter, node: torch.fx.Node) -> str:
     attrs = _pool_attrs(k if len(k) == nd else k * nd, stride, padding, arg(node, 4, "ceil_mode", False))
     include = bool(arg(node, 5, "count_include_pad", True))
     return cx.one("AveragePool", [cx.value(x)], count_include_pad=int(include), **attrs)
+
+
+@converts(aten.upsample_bilinear2d.vec, aten.upsample_nearest2d.vec)
+def _upsample(cx: Emitter, node: torch.fx.Node) -> str:
+    """PyTorch's 2-d resampling as a Resize: given scale factors map coordinates by themselves (as
+    PyTorch does), output sizes by output / input; bilinear reads half-pixel centres (or the
+    corners), nearest rounds down from the asymmetric coordinate."""
+    x = node.args[0]
+    linear = node.target == aten.upsample_bilinear2d.vec
+    factors = arg(node, 3 if linear else 2, "scale_factors", None)
+    if linear:
+        corners = bool(arg(node, 2, "align_corners", False))
+        attrs = {"mode": "linear", "coordinate_transformation_mode": "align_corners" if corners else
+                 "pytorch_half_pixel"}
+    else:
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    if factors is not None:
+        scales = cx.const([1.0, 1.0, *[float(f) for f in factors]], "float32")
+        return cx.one("Resize", [cx.value(x), "", scales], **attrs)
+    return cx.one("Resize", [cx.value(x), "", "", cx.const(out_shape(node))], **attrs)
 
 
 @converts(aten._adaptive_avg_pool2d.default)
@@ -695,6 +725,7 @@ PRESERVED = (aten.linear.default, aten.matmul.default, aten.hardswish.default, a
 READABLE_OUTPUTS = {
     aten._native_batch_norm_legit_no_training.default: {0},
     aten.native_layer_norm.default: {0},
+    aten.native_group_norm.default: {0},
     aten.max_pool2d_with_indices.default: {0},
     aten.max_pool3d_with_indices.default: {0},
 }
