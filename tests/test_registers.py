@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune import te
-from autotune.ir.nodes import Allocate, Broadcast, Buffer, For, Load, Seq, Store, VBinary, VLoad, VStore
+from autotune.ir.nodes import Allocate, Buffer, For, Load, Seq, Store, VLoad, VStore
 from autotune.ir.passes import _walk_deep
 from autotune.ir.registers import promote_accumulators
 from autotune.program import build_program, lower_program
@@ -60,13 +60,6 @@ def test_registers_knob_keeps_the_register_tile_in_registers_and_stays_correct(c
         accs = [n for n in _walk_deep(s.value) if isinstance(n, VLoad) and n.buffer.scope != "arg"]
         assert [n.buffer for n in accs] == [s.buffer]
     assert f"at_f32x{lanes} {regs[0].name};" in build_program(wl, space.steps(configs[1]), target).source
-    # a sum: each pass of the k loop starts its registers from zero and adds them to the
-    # accumulator after it (two-level summation), instead of carrying one running sum
-    around = next(s for s in _walk(promoted.body) if isinstance(s, Seq) and k_loop in s.stmts).stmts
-    before, after = around[: around.index(k_loop)], around[around.index(k_loop) + 1:]
-    assert [s.buffer for s in before] == regs and all(isinstance(s.value, Broadcast) for s in before)
-    assert all(isinstance(s.value, VBinary) and s.value.op == "add" and s.buffer not in regs for s in after)
-    assert {n.buffer for s in after for n in _walk_deep(s.value) if isinstance(n, VLoad)} >= set(regs)
     for c in configs:  # built and run on fresh random inputs, checked against the float64 reference
         check_kernel(wl, space.steps(c))
 

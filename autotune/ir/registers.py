@@ -8,9 +8,6 @@ accumulator tile every few steps. For a loop the schedule marks ``registers`` (t
 same name) this pass makes it explicit: each accumulator element (a vector, or a scalar) is loaded
 into a ``register`` buffer before the loop, updated there, and stored back after it. Whether that
 is faster depends on the tile (measured: bench/cpu_kernels/registers), so it is a knob, not a default.
-Where every update is a sum (``acc = acc + x``) the registers start from zero instead and are added
-to the accumulator after the loop: each pass is summed on its own, which halves the float32
-rounding of a long reduction against one running sum (bench/cpu_kernels/accumulation_error).
 
 A loop qualifies when it holds only stores (and prefetch hints), directly or in serial loops
 nested inside (the rest of a multi-axis reduction tile: a convolution's channel and window
@@ -25,10 +22,9 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from ..te.expr import Binary, Expr, FloatImm, IntImm, Var
+from ..te.expr import Expr, IntImm, Var
 from .nodes import (
     Allocate,
-    Broadcast,
     Buffer,
     For,
     IfThen,
@@ -37,7 +33,6 @@ from .nodes import (
     Seq,
     Stmt,
     Store,
-    VBinary,
     VLoad,
     VStore,
     seq,
@@ -132,44 +127,14 @@ def _promote(loop: For, max_registers: int, names: Iterator[int]) -> Stmt | None
             return _write(regs[_slot(s.buffer, index, lanes)], IntImm(0), map_deep(s.value, read), lanes)
         return s
 
-    if all(_adds_to_itself(s, promoted) for s in stores):
-        # sums: each block of the reduction accumulates from zero and is added to the buffer once
-        # (two-level summation: half the rounding of one long running sum, the same work)
-        loads = [_write(regs[slot], IntImm(0), _zero(buf.dtype, slot[3]), slot[3])
-                 for slot, (buf, _) in where.items()]
-        stores_back = [_write(buf, index, _add(_read(buf, index, n), _read(regs[slot], IntImm(0), n), n), n)
-                       for slot, (buf, index) in where.items() for n in [slot[3]]]
-    else:
-        loads = [_write(regs[slot], IntImm(0), _read(buf, index, slot[3]), slot[3])
-                 for slot, (buf, index) in where.items()]
-        stores_back = [_write(buf, index, _read(regs[slot], IntImm(0), slot[3]), slot[3])
-                       for slot, (buf, index) in where.items()]
+    loads = [_write(regs[slot], IntImm(0), _read(buf, index, slot[3]), slot[3])
+             for slot, (buf, index) in where.items()]
+    stores_back = [_write(buf, index, _read(regs[slot], IntImm(0), slot[3]), slot[3])
+                   for slot, (buf, index) in where.items()]
     out: Stmt = seq(*loads, rewrite(loop), *stores_back)
     for reg in reversed(list(regs.values())):
         out = Allocate(reg, out)
     return out
-
-
-def _adds_to_itself(s: Store | VStore, promoted: set[int]) -> bool:
-    """Whether store ``s`` is ``acc = acc + x`` (either order) with x reading no promoted buffer."""
-    v = s.value
-    if not (isinstance(v, (Binary, VBinary)) and v.op == "add"):
-        return False
-    slot = _slot(s.buffer, *_address(s))
-    for own, rest in ((v.a, v.b), (v.b, v.a)):
-        if (isinstance(own, (Load, VLoad)) and _slot(own.buffer, *_address(own)) == slot
-                and not any(id(r.buffer) in promoted for r in _reads(rest))):
-            return True
-    return False
-
-
-def _zero(dtype: str, lanes: int) -> Expr:
-    z = FloatImm(0.0, dtype) if dtype.startswith("float") else IntImm(0, dtype)
-    return z if lanes == 1 else Broadcast(z, lanes)
-
-
-def _add(a: Expr, b: Expr, lanes: int) -> Expr:
-    return Binary("add", a, b) if lanes == 1 else VBinary("add", a, b, lanes)
 
 
 def _read(buf: Buffer, index: Expr, lanes: int) -> Expr:
