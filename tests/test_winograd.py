@@ -188,7 +188,7 @@ def test_the_scheduler_sees_each_convolution_once_in_each_of_its_forms() -> None
     g = load_model(RESNET)
     prepared = [prepare(g, "NHWC")] + [prepare(g, "NHWC", winograd=m) for m in (2, 4)]
     tasks = model_tasks(prepared)
-    weights, choices = scheduler_weights(prepared, [mt.task.key for mt in tasks])
+    weights, choices = scheduler_weights(prepared, tasks)
     assert len(choices) == 13  # the stride-1 3x3 convolutions
     for forms in choices:  # direct: one kernel; F(2x2) and F(4x4): transform, product, transform
         assert [sum(calls for _, calls in f) for f in forms] == [1, 3, 3]

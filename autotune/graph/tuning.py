@@ -104,19 +104,19 @@ def model_tasks(prepared: Sequence[Prepared]) -> list[ModelTask]:
     return list(out.values())
 
 
-def scheduler_weights(prepared: Sequence[Prepared], keys: list[str]) -> tuple[list[float], list[list[Form]]]:
-    """The scheduler's view of the tasks ``keys``: each task's calls outside alternative forms, and
-    each convolution's forms (direct and Winograd; see ``compiler.conv_forms``) as lists of (task
-    index, calls). Preparations in several layouts are alternatives of the whole model: there every
-    task counts with its calls and there are no per-convolution choices."""
-    index = {k: i for i, k in enumerate(keys)}
+def scheduler_weights(
+    prepared: Sequence[Prepared], tasks: Sequence[ModelTask]
+) -> tuple[list[float], list[list[Form]]]:
+    """The scheduler's view of ``tasks`` (``model_tasks(prepared)``): each task's calls outside
+    alternative forms, and each convolution's forms (direct and Winograd; see
+    ``compiler.conv_forms``) as lists of (task index, calls). Preparations in several layouts are
+    alternatives of the whole model: there every task counts with its calls and there are no
+    per-convolution choices."""
     if len({p.layout for p in prepared}) > 1 or not any(p.winograd_convs for p in prepared):
-        weights = [0.0] * len(keys)
-        for mt in model_tasks(prepared):
-            weights[index[mt.task.key]] = float(mt.weight)
-        return weights, []
+        return [float(mt.weight) for mt in tasks], []
+    index = {mt.task.key: i for i, mt in enumerate(tasks)}
     forms, shared = conv_forms(prepared)
-    weights = [0.0] * len(keys)
+    weights = [0.0] * len(tasks)
     for k in shared:
         weights[index[k]] += 1.0
     choices = [[list(Counter(index[k] for k in form).items()) for form in alternatives]
@@ -221,7 +221,7 @@ def tune_model(
         def make_measurer(wl: Any) -> WorkloadMeasurer:
             return WorkloadMeasurer(wl, target, builder, runner, options.run)
     tasks = model_tasks(prepared)
-    weights, choices = scheduler_weights(prepared, [mt.task.key for mt in tasks])
+    weights, choices = scheduler_weights(prepared, tasks)
     sched = GradientScheduler(weights, options.batch_size, seed=options.seed, choices=choices)
     for i, mt in enumerate(tasks):
         n = len(db.measured_config_keys(mt.task.key, target.key))  # (confirmations are no trials)

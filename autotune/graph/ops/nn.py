@@ -95,21 +95,22 @@ def _check_window(node: Node, dims: Sequence[int] = (1, 2)) -> str | None:
     return None
 
 
-def _conv3d_type(node: Node, x: TensorType, w: TensorType, types: Types) -> TensorType:
-    n, c = x.shape[:2]
-    f, cg = w.shape[:2]
+def _conv_output_size(node: Node, x: TensorType, w: TensorType, types: Types, c: int, f: int, cg: int,
+                      spatial: Sequence[int], kernel: Sequence[int]) -> tuple[int, ...]:
+    """A convolution's operands checked against each other (``c`` input channels, ``f`` outputs,
+    ``cg`` input channels a group, its window ``kernel`` over ``spatial``): its output size."""
     groups = int(node.attrs.get("group", 1))
     if groups < 1 or c != cg * groups or f % groups:
         raise GraphError(f"Conv node {node.name!r}: input {x.shape}, weight {w.shape}, group {groups}")
     ks = node.attrs.get("kernel_shape")
-    if ks is not None and tuple(ks) != w.shape[2:]:
+    if ks is not None and tuple(ks) != tuple(kernel):
         raise GraphError(f"Conv node {node.name!r}: kernel_shape {list(ks)} but weight {w.shape}")
     if len(types) > 2 and types[2] is not None and types[2].shape != (f,):
         raise GraphError(f"Conv node {node.name!r}: bias shape {types[2].shape}, expected ({f},)")
-    out = window_geometry(node.attrs, x.shape[2:], w.shape[2:])["out"]
+    out = window_geometry(node.attrs, spatial, kernel)["out"]
     if min(out) <= 0:
         raise GraphError(f"Conv node {node.name!r}: output size {'x'.join(map(str, out))} is not positive")
-    return TensorType((n, f, *out), result_type(x))
+    return out
 
 
 def _nchw_dims(t: TensorType, nhwc: bool) -> tuple[int, int, int, int]:
@@ -208,8 +209,10 @@ class _Conv:
         check_operands(node, types)
         x, w = same(types[0]), same(types[1])
         nhwc = _is_nhwc(node.attrs)
-        if len(x.shape) == 5 and len(w.shape) == 5 and not nhwc:
-            return [_conv3d_type(node, x, w, types)]
+        if len(x.shape) == 5 and len(w.shape) == 5 and not nhwc:  # NCDHW
+            (n, c), (f, cg) = x.shape[:2], w.shape[:2]
+            out = _conv_output_size(node, x, w, types, c, f, cg, x.shape[2:], w.shape[2:])
+            return [TensorType((n, f, *out), result_type(x))]
         if len(x.shape) != 4 or len(w.shape) != 4:
             raise GraphError(f"Conv node {node.name!r}: only 1-, 2- and 3-d convolutions, got {x.shape}")
         n, c, h, wd = _nchw_dims(x, nhwc)
@@ -217,17 +220,7 @@ class _Conv:
             kh, kw, cg, f = w.shape
         else:
             f, cg, kh, kw = w.shape
-        groups = int(node.attrs.get("group", 1))
-        if groups < 1 or c != cg * groups or f % groups:
-            raise GraphError(f"Conv node {node.name!r}: input {x.shape}, weight {w.shape}, group {groups}")
-        ks = node.attrs.get("kernel_shape")
-        if ks is not None and tuple(ks) != (kh, kw):
-            raise GraphError(f"Conv node {node.name!r}: kernel_shape {list(ks)} but weight {w.shape}")
-        if len(types) > 2 and types[2] is not None and types[2].shape != (f,):
-            raise GraphError(f"Conv node {node.name!r}: bias shape {types[2].shape}, expected ({f},)")
-        oh, ow = window_geometry(node.attrs, (h, wd), (kh, kw))["out"]
-        if oh <= 0 or ow <= 0:
-            raise GraphError(f"Conv node {node.name!r}: output size {oh}x{ow} is not positive")
+        oh, ow = _conv_output_size(node, x, w, types, c, f, cg, (h, wd), (kh, kw))
         return [TensorType((n, oh, ow, f) if nhwc else (n, f, oh, ow), result_type(x))]
 
     @staticmethod

@@ -13,7 +13,7 @@ from ..ir import Graph, Node, TensorType
 from ..ops import (
     broadcast_shapes,
 )
-from .infer import eliminate_dead_code, infer_types
+from .infer import eliminate_dead_code
 from .rewrite import _add_const, _Emitter, _lower_nodes, _new_value
 
 
@@ -104,11 +104,18 @@ def _lower_run_time_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
         return em.node("Reshape", [v, shape], per_channel, base)
 
     scale, bias, mean, var = (param(i, b) for i, b in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")))
+    _normalize(em, n, em.node("Sub", [x, mean], t, "centred"), var, scale, bias, per_channel)
+
+
+def _normalize(em: _Emitter, n: Node, dev: str, var: str, scale: str, bias: str,
+               per_channel: TensorType) -> None:
+    """BatchNormalization's ``dev / sqrt(var + eps) * scale + bias`` into its first output (``dev``:
+    x less the mean; the others along the channel axis)."""
     eps = em.const("eps", np.float32(n.attrs.get("epsilon", 1e-5)))
     std = em.node("Sqrt", [em.node("Add", [var, eps], per_channel, "var_eps")], per_channel, "std")
     k = em.node("Div", [scale, std], per_channel, "k")
-    scaled = em.node("Mul", [em.node("Sub", [x, mean], t, "centred"), k], t, "scaled")
-    out.append(Node("Add", [scaled, bias], [n.outputs[0]], {}, n.name))
+    scaled = em.node("Mul", [dev, k], em.g.types[dev], "scaled")
+    em.out.append(Node("Add", [scaled, bias], [n.outputs[0]], {}, n.name))
 
 
 def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
@@ -134,12 +141,7 @@ def _lower_training_batch_norm(g: Graph, n: Node, out: list[Node]) -> None:
     mean = emit("ReduceMean", [x], per_channel, "mean", stats)
     dev = emit("Sub", [x, mean], t, "dev")
     var = emit("ReduceMean", [emit("Mul", [dev, dev], t, "sq")], per_channel, "var", stats)
-    std = emit("Sqrt", [emit("Add", [var, const("eps", np.float64(n.attrs.get("epsilon", 1e-5)))],
-                             per_channel, "var_eps")], per_channel, "std")
-    k = emit("Div", [const("scale", channels(1)), std], per_channel, "k")
-    scaled = emit("Mul", [dev, k], t, "scaled")
-    y = n.outputs[0]
-    out.append(Node("Add", [scaled, const("bias", channels(2))], [y], {}, n.name))
+    _normalize(em, n, dev, var, const("scale", channels(1)), const("bias", channels(2)), per_channel)
     flat = _add_const(g, f"{n.name}_channels", np.asarray([c], np.int64))
     for pos, stat, label in ((1, mean, "mean"), (2, var, "var")):
         if len(n.outputs) > pos and n.outputs[pos]:
@@ -157,15 +159,10 @@ def lower_conv3d(graph: Graph) -> Graph:
     output depth o) and the slices concatenated on the channels (per group, k-major); output depths
     move into the batch, the weight [F, Cg, Kd, Kh, Kw] becomes [F, Kd * Cg, Kh, Kw], and the
     result [N * Do, F, Ho, Wo] is viewed back as [N, F, Do, Ho, Wo]."""
-    g = graph.copy()
-    out: list[Node] = []
-    for n in g.nodes:
-        if n.op == "Conv" and len(g.types[n.inputs[0]].shape) == 5:
-            _lower_one_conv3d(g, n, _Emitter(g, out, n.name))
-        else:
-            out.append(n)
-    g.nodes = out
-    return infer_types(eliminate_dead_code(g))
+    def five_d(g: Graph, n: Node) -> bool:
+        return len(g.types[n.inputs[0]].shape) == 5
+
+    return _lower_nodes(graph, ("Conv",), _lower_one_conv3d, five_d)
 
 
 def _lower_one_conv3d(g: Graph, n: Node, em: _Emitter) -> None:

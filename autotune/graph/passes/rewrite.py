@@ -76,12 +76,14 @@ class _Emitter:
         return _add_const(self.g, f"{self.prefix}_{base}", arr)
 
 
-def _lower_nodes(graph: Graph, ops: tuple[str, ...], lower: Callable[[Graph, Node, _Emitter], None]) -> Graph:
-    """Every node of ``ops`` replaced by the nodes ``lower`` emits for it (the others kept, in order)."""
+def _lower_nodes(graph: Graph, ops: tuple[str, ...], lower: Callable[[Graph, Node, _Emitter], None],
+                 where: Callable[[Graph, Node], bool] = lambda g, n: True) -> Graph:
+    """Every node of ``ops`` (for which ``where`` holds) replaced by the nodes ``lower`` emits for it
+    (the others kept, in order)."""
     g = graph.copy()
     out: list[Node] = []
     for n in g.nodes:
-        if n.op in ops:
+        if n.op in ops and where(g, n):
             lower(g, n, _Emitter(g, out, n.name))
         else:
             out.append(n)
