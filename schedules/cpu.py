@@ -253,7 +253,7 @@ class CpuSketch(Sketch):
 
     def _registers_ok(self, c: Config) -> bool:
         t3 = [self._t(c, a)[3] for a in self.axes]
-        vectors = math.prod(t3[:-1]) * max(1, t3[-1] // self.lanes)
+        vectors = math.prod(t3[:-1]) * -(-t3[-1] // self.lanes)  # 24 lanes: a vector and a half one
         return vectors <= self.target.accumulator_registers and (not c["unroll"] or vectors <= MAX_UNROLLED)
 
     def _register_loop(self, c: Config) -> str | None:

@@ -124,6 +124,50 @@ def test_simd_fallback_for_partial_vectors(check_kernel, host_target, n: int, in
     assert "at_vstore(" not in src and "at_vload(" not in src
 
 
+@pytest.mark.parametrize("halves", [1, 3, 5])
+def test_an_odd_number_of_half_vectors_is_whole_vectors_and_a_half_one(
+    check_kernel, host_target, halves: int  # noqa: ANN001
+) -> None:
+    """A vectorized loop of 8, 24 or 40 lanes on a 16-lane target: its whole vectors, then one
+    half-width vector with the half-width helpers (no ``omp simd`` loop left to gcc)."""
+    lanes = host_target.vector_lanes
+    half = lanes // 2
+    if half < 4:
+        pytest.skip("no half vectors below 8 lanes")
+    inner = halves * half
+    wl, steps, prog = elementwise_program(host_target, inner * 8, inner)
+    check_kernel(wl, steps)
+    src = kernel_body(prog)
+    assert "#pragma omp simd" not in src
+    assert src.count("at_vstore(relu + ") == halves // 2
+    assert src.count(f"at_vstore_{half}(relu + ") == 1
+    assert f"at_vmax_{half}(" in src and f"at_vload_{half}(bias + " in src
+
+
+@pytest.mark.parametrize("op,shape", [("conv2d_nhwc", [1, 9, 9, 32, 24, 1, 1, 1, 0]),
+                                      ("dense_bias_gelu", [12, 40, 64])])
+def test_schedules_of_half_vector_channels_compute_right(check_kernel, host_target, op, shape) -> None:  # noqa: ANN001
+    """24 or 40 output channels (MobileNet's and EfficientNet's narrow layers), register tiles one
+    and a half or two and a half vectors wide, with and without the accumulators kept in
+    registers, a GELU epilogue (tanh on half vectors): every sampled kernel matches numpy."""
+    lanes = host_target.vector_lanes
+    wl = te.make_workload(op, shape)
+    space = make_space(wl, host_target)
+    axis = next(k.name for k in space.knobs if k.name.startswith("tile_") and k.name[5:] in ("ff", "j", "n")
+                and math.prod(space.default_config()[k.name]) == shape[-2 if op == "dense_bias_gelu" else 4])
+    rng = np.random.default_rng()
+    seen = set()
+    for _ in range(400):
+        cfg = space.sample(rng)
+        t3 = cfg[axis][3]
+        if t3 % lanes == 0 or t3 % (lanes // 2) or (t3, cfg["registers"]) in seen:
+            continue
+        seen.add((t3, cfg["registers"]))
+        src = kernel_body(check_kernel(wl, space.steps(cfg)))
+        assert f"at_vstore_{lanes // 2}(" in src, cfg
+    assert len(seen) >= 2
+
+
 def test_unroll_constructs(check_kernel, host_target) -> None:  # noqa: ANN001
     wl = te.make_workload("add_relu_mul", [4, 100])
     steps = [ComputeInlineStep("add"), ComputeInlineStep("relu"), SplitStep("add_relu_mul", "i1", 5),

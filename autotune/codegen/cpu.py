@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..ir.nodes import (
     Allocate,
     Broadcast,
@@ -55,18 +57,86 @@ class CpuRenderer(CStyleRenderer):
         return f"at_f32x{self.lanes}"
 
     def prelude(self) -> str:
-        v, n = self.vtype, self.lanes
-        # the AVX-512 forms of rounding and scaling: 16 lanes with AVX-512F (builtins that take a
-        # rounding argument: 4, the current direction), 8 with AVX-512VL too
-        isa_guard, rnd, scalef, mask, cur = {
-            16: ("defined(__AVX512F__)", "rndscaleps", "scalefps512", "unsigned short", ", 4"),
-            8: ("defined(__AVX512F__) && defined(__AVX512VL__)", "rndscaleps_256", "scalefps256",
-                "unsigned char", ""),
-        }.get(n, ("0", "", "", "", ""))
-        return f"""#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-typedef float {v} __attribute__((vector_size({4 * n})));
+        text = "#include <math.h>\n#include <stdlib.h>\n#include <string.h>\n" + _vector_helpers(self.lanes)
+        half = self.lanes // 2
+        if half >= 4:  # the same helpers for half vectors (a loop of 24 lanes: one vector, one half)
+            text += re.sub(r"\b(at_(?:v\w+|bcast|h(?:add|max|min)))\(", rf"\1{self.suffix(half)}(",
+                           _vector_helpers(half))
+        return text
+
+    def suffix(self, lanes: int) -> str:
+        """The name suffix of the helpers of vectors of ``lanes`` (none for whole vectors)."""
+        return "" if lanes == self.lanes else f"_{lanes}"
+
+    def loop_pragma(self, s: For) -> str | None:
+        if s.kind == "parallel":
+            return "#pragma omp parallel for" if stored_elements(s) >= SERIAL_BELOW_ELEMENTS else None
+        if s.kind == "simd":
+            return "#pragma omp simd"
+        if s.kind == "unroll":
+            return f"#pragma GCC unroll {min(s.extent, 64)}"
+        return None
+
+    def local_decl(self, b: Buffer) -> str:
+        return f"{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
+
+    def register_decl(self, b: Buffer) -> str:
+        if b.size in (self.lanes, self.lanes // 2) and b.size >= 4:
+            return f"at_f32x{b.size} {b.name};"
+        return super().register_decl(b)
+
+    def heap_alloc(self, b: Buffer) -> tuple[str, str]:
+        t = C_TYPES[b.dtype]
+        nbytes = -(-(b.size * DTYPE_BYTES[b.dtype]) // 64) * 64
+        return (f"{t}* {self.restrict} {b.name} = ({t}*)aligned_alloc(64, {nbytes});", f"free({b.name});")
+
+    def vector_expr(self, e: Expr) -> str:
+        x = self.suffix(getattr(e, "lanes", self.lanes))  # the helpers of half vectors carry their width
+        if isinstance(e, VLoad):
+            return f"at_vload{x}({e.buffer.name} + {self.expr(e.base)})"
+        if isinstance(e, Broadcast):
+            return f"at_bcast{x}({self.expr(e.value)})"
+        if isinstance(e, VBinary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in _VOPS:
+                return f"({a} {_VOPS[e.op]} {b})"
+            return f"at_v{e.op}{x}({a}, {b})"
+        if isinstance(e, VSelect) and isinstance(e.cond, VCompare):
+            return f"at_vblend{x}({self.expr(e.cond)}, {self.expr(e.t)}, {self.expr(e.f)})"
+        if isinstance(e, VSelect):
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        if isinstance(e, VCompare):  # a mask: every bit of a lane set where the condition holds
+            if e.op == "not":
+                return f"(~{self.expr(e.a)})"
+            return f"({self.expr(e.a)} {_MASK_OPS[e.op]} {self.expr(e.b)})"
+        if isinstance(e, VCall):
+            return f"at_v{e.name}{x}({self.expr(e.arg)})"
+        if isinstance(e, VReduce):
+            return f"at_h{e.op}{self.suffix(e.arg.lanes)}({self.expr(e.arg)})"
+        if isinstance(e, Gather):
+            return f"((at_f32x{e.lanes}){{{', '.join(self.expr(x) for x in e.elems)}}})"
+        return super().vector_expr(e)
+
+    def prefetch(self, s: Prefetch) -> str:
+        # read access, moderate locality: the line goes to L2 (prefetcht1) without evicting L1
+        return f"__builtin_prefetch({s.buffer.name} + {self.expr(s.index)}, 0, 2);"
+
+    def vector_store(self, s: VStore) -> str:
+        where = f"{s.buffer.name} + {self.expr(s.base)}"
+        return f"at_vstore{self.suffix(s.lanes)}({where}, {self.expr(s.value)});"
+
+
+def _vector_helpers(n: int) -> str:
+    """The typedefs and inline helpers of float32 vectors of ``n`` lanes (GCC vector extensions)."""
+    v = f"at_f32x{n}"
+    # the AVX-512 forms of rounding and scaling: 16 lanes with AVX-512F (builtins that take a
+    # rounding argument: 4, the current direction), 8 with AVX-512VL too
+    isa_guard, rnd, scalef, mask, cur = {
+        16: ("defined(__AVX512F__)", "rndscaleps", "scalefps512", "unsigned short", ", 4"),
+        8: ("defined(__AVX512F__) && defined(__AVX512VL__)", "rndscaleps_256", "scalefps256",
+            "unsigned char", ""),
+    }.get(n, ("0", "", "", "", ""))
+    return f"""typedef float {v} __attribute__((vector_size({4 * n})));
 typedef int at_i32x{n} __attribute__((vector_size({4 * n})));
 static inline {v} at_vload(const float* p) {{ {v} r; memcpy(&r, p, sizeof r); return r; }}
 static inline void at_vstore(float* p, {v} v) {{ memcpy(p, &v, sizeof v); }}
@@ -130,56 +200,3 @@ static inline {v} at_vtanh({v} x) {{
   at_i32x{n} m = at_vmax(x, -x) < 0.625f;
   return ({v})((m & (at_i32x{n})small) | (~m & (at_i32x{n})big)); }}
 """
-
-    def loop_pragma(self, s: For) -> str | None:
-        if s.kind == "parallel":
-            return "#pragma omp parallel for" if stored_elements(s) >= SERIAL_BELOW_ELEMENTS else None
-        if s.kind == "simd":
-            return "#pragma omp simd"
-        if s.kind == "unroll":
-            return f"#pragma GCC unroll {min(s.extent, 64)}"
-        return None
-
-    def local_decl(self, b: Buffer) -> str:
-        return f"{C_TYPES[b.dtype]} {b.name}[{b.size}] __attribute__((aligned(64)));"
-
-    def register_decl(self, b: Buffer) -> str:
-        return f"{self.vtype} {b.name};" if b.size == self.lanes else super().register_decl(b)
-
-    def heap_alloc(self, b: Buffer) -> tuple[str, str]:
-        t = C_TYPES[b.dtype]
-        nbytes = -(-(b.size * DTYPE_BYTES[b.dtype]) // 64) * 64
-        return (f"{t}* {self.restrict} {b.name} = ({t}*)aligned_alloc(64, {nbytes});", f"free({b.name});")
-
-    def vector_expr(self, e: Expr) -> str:
-        if isinstance(e, VLoad):
-            return f"at_vload({e.buffer.name} + {self.expr(e.base)})"
-        if isinstance(e, Broadcast):
-            return f"at_bcast({self.expr(e.value)})"
-        if isinstance(e, VBinary):
-            a, b = self.expr(e.a), self.expr(e.b)
-            if e.op in _VOPS:
-                return f"({a} {_VOPS[e.op]} {b})"
-            return f"at_v{e.op}({a}, {b})"
-        if isinstance(e, VSelect) and isinstance(e.cond, VCompare):
-            return f"at_vblend({self.expr(e.cond)}, {self.expr(e.t)}, {self.expr(e.f)})"
-        if isinstance(e, VSelect):
-            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
-        if isinstance(e, VCompare):  # a mask: every bit of a lane set where the condition holds
-            if e.op == "not":
-                return f"(~{self.expr(e.a)})"
-            return f"({self.expr(e.a)} {_MASK_OPS[e.op]} {self.expr(e.b)})"
-        if isinstance(e, VCall):
-            return f"at_v{e.name}({self.expr(e.arg)})"
-        if isinstance(e, VReduce):
-            return f"at_h{e.op}({self.expr(e.arg)})"
-        if isinstance(e, Gather):
-            return f"(({self.vtype}){{{', '.join(self.expr(x) for x in e.elems)}}})"
-        return super().vector_expr(e)
-
-    def prefetch(self, s: Prefetch) -> str:
-        # read access, moderate locality: the line goes to L2 (prefetcht1) without evicting L1
-        return f"__builtin_prefetch({s.buffer.name} + {self.expr(s.index)}, 0, 2);"
-
-    def vector_store(self, s: VStore) -> str:
-        return f"at_vstore({s.buffer.name} + {self.expr(s.base)}, {self.expr(s.value)});"

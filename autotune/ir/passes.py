@@ -17,7 +17,6 @@ from ..te.expr import (
     Not,
     Select,
     Var,
-    substitute,
     walk,
 )
 from .nodes import (
@@ -188,7 +187,7 @@ def _vec_expr(e: Expr, var: Var, base: Expr, lanes: int, masks: bool = False) ->
     """The vector form of ``e`` for lanes var = base + 0 .. base + lanes-1 (scalar if invariant);
     ``masks``: lane-wise conditions allowed."""
     if var not in free_vars_deep(e):
-        return substitute(e, {}) if False else e
+        return e
     if isinstance(e, Load):
         coeff, rest = _coeff(e.index, var)
         if coeff == 1:
@@ -267,16 +266,30 @@ def _float32_only(st: Store) -> bool:
     )
 
 
-def vectorize_loops(s: Stmt, lanes: int, masks: bool = False) -> Stmt:
+def vector_chunks(extent: int, lanes: int, half: bool) -> list[int] | None:
+    """The widths a vectorized loop of ``extent`` iterations is cut into, in order: whole vectors,
+    and with ``half`` (a renderer with half-width vectors too) one half vector at the end where
+    the extent is an odd number of them (24 or 40 channels on 16 lanes; 8 alone); None where
+    they do not cover it."""
+    if extent % lanes == 0:
+        return [lanes] * (extent // lanes)
+    h = lanes // 2
+    if half and h >= 4 and extent % h == 0:
+        return [lanes] * (extent // lanes) + [h]
+    return None
+
+
+def vectorize_loops(s: Stmt, lanes: int, masks: bool = False, half: bool = False) -> Stmt:
     """Turn ``vectorize`` loops into vector stores when the body allows; else keep a loop marked
     ``simd`` for the compiler's own vectorizer. ``masks``: the renderer has lane-wise conditions
-    (``VCompare``), so a select whose condition varies across the lanes vectorizes too."""
+    (``VCompare``), so a select whose condition varies across the lanes vectorizes too; ``half``:
+    it has half-width vectors too, for a loop of an odd number of half vectors."""
     if isinstance(s, Seq):
-        return Seq([vectorize_loops(c, lanes, masks) for c in s.stmts])
+        return Seq([vectorize_loops(c, lanes, masks, half) for c in s.stmts])
     if isinstance(s, IfThen):
-        return IfThen(s.cond, vectorize_loops(s.body, lanes, masks))
+        return IfThen(s.cond, vectorize_loops(s.body, lanes, masks, half))
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, vectorize_loops(s.body, lanes, masks))
+        return Allocate(s.buffer, vectorize_loops(s.body, lanes, masks, half))
     if not isinstance(s, For):
         return s
     if s.kind != "vectorize":
@@ -285,24 +298,27 @@ def vectorize_loops(s: Stmt, lanes: int, masks: bool = False) -> Stmt:
             done = _vector_reduction(inner, lanes, outer=s)
             if done is not None:
                 return done
-        return For(s.var, s.extent, vectorize_loops(s.body, lanes, masks), s.kind)
+        return For(s.var, s.extent, vectorize_loops(s.body, lanes, masks, half), s.kind)
     stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
     if any(isinstance(x, Store) and _coeff(x.index, s.var)[0] == 0 for x in stores):
         # a vectorized reduction loop: lanes that accumulate separately, or else in order
         done = _vector_reduction(s, lanes)
         return done if done is not None else For(s.var, s.extent, s.body, "serial")
-    if s.extent % lanes or not all(isinstance(x, Store) and _float32_only(x) for x in stores):
+    widths = vector_chunks(s.extent, lanes, half)
+    if widths is None or not all(isinstance(x, Store) and _float32_only(x) for x in stores):
         return For(s.var, s.extent, s.body, "simd")
     chunks = []
     try:
-        for c in range(s.extent // lanes):
-            base = IntImm(c * lanes)
+        start = 0
+        for width in widths:
+            base = IntImm(start)
             for st in stores:
                 coeff, rest = _coeff(st.index, s.var)
                 if coeff != 1:
                     raise _NotVectorizable("store stride")
-                value = _vec_expr(st.value, s.var, base, lanes, masks)
-                chunks.append(VStore(st.buffer, simplify(rest + base), _vector(value, lanes), lanes))
+                value = _vec_expr(st.value, s.var, base, width, masks)
+                chunks.append(VStore(st.buffer, simplify(rest + base), _vector(value, width), width))
+            start += width
     except _NotVectorizable:
         return For(s.var, s.extent, s.body, "simd")
     return seq(*chunks)
@@ -431,7 +447,7 @@ def optimize(f: PrimFunc, lanes: int, max_unroll: int = 64, max_registers: int =
     check_parallel(f.body)
     body = unroll_loops(f.body, max_unroll)
     body = simplify_stmt(body) or Seq([])
-    body = vectorize_loops(body, lanes, masks=True)
+    body = vectorize_loops(body, lanes, masks=True, half=True)
     body = simplify_stmt(body) or Seq([])
     body = promote_accumulators(body, max_registers)
     return PrimFunc(f.name, f.args, body)
