@@ -476,3 +476,29 @@ def test_a_lone_finalist_is_confirmed_so_one_outlier_timing_is_not_its_time() ->
     assert confirm_finalists(db, wl, target, space, Quiet(), 3, 2) == 2
     assert db.best(wl.key, target.key).mean_s == pytest.approx(2e-6)
     assert missing_confirmations(db, wl, target, 3, 2) == {}
+
+
+def test_a_fresh_task_measures_its_rules_configs_first(replay: ReplayDB, small, host_target) -> None:  # noqa: ANN001
+    """The model-guided tuner's first batch of a task with no measurements starts with the
+    configs the space's rules propose (an untuned compile's schedules, best first), so a search
+    never ends below the untuned schedule; with measurements of its own it does not."""
+    from autotune import te
+    from schedules import make_space
+
+    space = make_space(te.make_workload("matmul", [48, 64, 40]), host_target)
+    rules = [config_key(c) for c in space.default_configs()]
+    wl = te.make_workload("matmul", [48, 64, 40])
+    tuner = make_tuner("xgb", space, 0, set(), context=TuneContext(wl, host_target, None, transfer=False,
+                                                                   options=FAST))
+    first = [config_key(c) for c in tuner.next_batch(8)]
+    k = min(8, len(rules))
+    assert len(first) == 8 and first[:k] == rules[:k]
+    assert not set(rules) & {config_key(c) for c in tuner.next_batch(8)}  # once, not every batch
+    # a task with records of its own: its history, no rules
+    db, _ = db_with(replay, small, 0, 10)
+    resumed = make_tuner("xgb", small.space, 0, set(), context=TuneContext(small.workload, small.target, db,
+                                                                           transfer=False, options=FAST))
+    unmeasured_rules = {config_key(c) for c in small.space.default_configs()} - {
+        config_key(c) for c, _ in resumed.measured}
+    assert len(resumed.measured) == 10 and unmeasured_rules
+    assert not unmeasured_rules & {config_key(c) for c in resumed.next_batch(8)}

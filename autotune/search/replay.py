@@ -150,9 +150,10 @@ def replay_tune(replay: ReplayDB, task: ReplayTask, strategy: str, trials: int, 
     """Run one strategy on recorded results, without a DB; the cost (s) of each trial in order
     (``inf`` for errors and configs the DB lacks). Transfer data comes from ``transfer_samples``;
     ``stop_when(costs)`` ends the run early when it returns True (checked after every batch)."""
+    # (the rules' configs are not seeded: a replay DB holds only what was measured)
     ctx = TuneContext(task.workload, task.target, None, transfer=transfer, early_stop=early_stop,
                       transfer_samples=transfer_samples, feature_cache=feature_cache,
-                      options=dict(tuner_options or {}))
+                      options={"rules": False, **(tuner_options or {})})
     tuner = make_tuner(strategy, task.space, seed, set(), context=ctx)
     runner = ReplayRunner(replay, task.workload, task.target)
     costs: list[float] = []

@@ -30,7 +30,7 @@ class ModelTuner:
                  early_stop: int | None = None, max_transfer: int = 1500, transfer_until: int | None = 64,
                  features: str = "both", model_options: dict | None = None, first: str = "random",
                  own_share: float = 1.0, novel: float = 0.5, novel_first: bool = True,
-                 endgame: float = 0.25) -> None:
+                 endgame: float = 0.25, rules: bool = True) -> None:
         from cost_model import make_model
 
         self.space = space
@@ -78,6 +78,10 @@ class ModelTuner:
         # the last `endgame` share of the trial budget (context.budget) only exploits: no random or
         # novel picks, and half the model's picks are neighbours of the fastest measured configs
         self.endgame = endgame
+        # the first batch of a task starts with the configs its space's rules propose (what an
+        # untuned compile takes, best first): every search then holds at least the untuned
+        # schedule, and the model learns from good configs early (measured: docs/cost_model.md)
+        self.rules = rules
         self.budget = context.budget if context is not None else None
         self._codes_of = [{_hashable(o): j for j, o in enumerate(k.options)} for k in space.knobs]
         self.cache: dict[str, np.ndarray | None] = (
@@ -390,12 +394,13 @@ class ModelTuner:
         if self._dirty:
             self._train()
         taken: set[str] = set()
+        picked: list[Config] = self._rule_configs(n, taken)
+        rest = n - len(picked)
         late = bool(self.endgame and self.budget and len(self.measured) >= (1 - self.endgame) * self.budget)
         eps, novel, local = (0.0, 0.0, max(self.local, 0.5)) if late else (self.eps, self.novel, self.local)
-        n_random = n if not self.trained else int((self.rng.random(n) < eps).sum())
-        picked: list[Config] = []
-        if n_random < n:
-            n_local = min(n - n_random, int(round(local * n)))
+        n_random = rest if not self.trained else int((self.rng.random(rest) < eps).sum())
+        if n_random < rest:
+            n_local = min(rest - n_random, int(round(local * rest)))
             for _, c in (self._local_candidates()[:n_local] if n_local > 0 else []):
                 taken.add(config_key(c))
                 picked.append(c)
@@ -427,6 +432,20 @@ class ModelTuner:
                     picked.append(cfg)
         self.seen.update(taken)
         return picked
+
+    def _rule_configs(self, n: int, taken: set[str]) -> list[Config]:
+        """Up to ``n`` of the rules' configs not yet measured, once per tuning session (none where
+        the task already has measurements of its own, or the space has no rules)."""
+        if not self.rules or self.measured or self.space.rules is None:
+            return []
+        self.rules = False
+        out = []
+        for cfg in self.space.default_configs()[:n]:
+            k = config_key(cfg)
+            if k not in self.seen and k not in taken:
+                taken.add(k)
+                out.append(cfg)
+        return out
 
     def update(self, configs: Sequence[Config], costs: Sequence[float]) -> None:
         for c, cost in zip(configs, costs):
