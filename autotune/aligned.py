@@ -22,10 +22,15 @@ def aligned_empty(shape: tuple[int, ...], dtype: str | np.dtype, align: int = AL
     return raw[shift : shift + nbytes].view(dt).reshape(shape)
 
 
+def is_aligned(a: np.ndarray, align: int = ALIGN) -> bool:
+    """Is ``a`` C-contiguous and does its data start at a multiple of ``align`` bytes?"""
+    return a.flags.c_contiguous and a.ctypes.data % align == 0
+
+
 def aligned(arr: np.ndarray, align: int = ALIGN) -> np.ndarray:
     """``arr`` if it is C-contiguous and aligned, else an aligned C-contiguous copy."""
     a = np.asarray(arr)
-    if a.flags.c_contiguous and a.ctypes.data % align == 0:
+    if is_aligned(a, align):
         return a
     out = aligned_empty(a.shape, a.dtype, align)
     np.copyto(out, a)

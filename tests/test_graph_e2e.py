@@ -68,6 +68,35 @@ def test_one_library_one_entry_point_and_the_run_api(cache: str) -> None:
     assert min(module.time(feeds, repeat=1, min_repeat_ms=0)) > 0
 
 
+def _misaligned(a: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of ``a`` whose data starts ``offset`` bytes past a 64-byte boundary."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def test_inputs_are_read_where_they_lie_or_converted_once(cache: str) -> None:
+    """A module reads a C-contiguous input of its type where it lies, on any alignment; a strided
+    one or one of another float type is converted into a buffer the module keeps for the next
+    call. Every way gives the same outputs, bit for bit."""
+    module = compile_model(MLP, cache_dir=cache, verbose=False)
+    (x,) = module.random_inputs(np.random.default_rng(5)).values()
+    (want,) = module.run([x])
+    for offset in (4, 16, 32):
+        shifted = _misaligned(x, offset)
+        assert shifted.ctypes.data % 64 == offset
+        np.testing.assert_array_equal(module.run([shifted])[0], want)
+    assert not module._staging, "nothing copied for a contiguous float32 input"
+    strided = np.repeat(x, 2, axis=1)[:, ::2]
+    assert not strided.flags.c_contiguous
+    np.testing.assert_array_equal(module.run([strided])[0], want)
+    kept = module._staging[0]
+    np.testing.assert_array_equal(module.run([x.astype(np.float64)])[0], want)
+    assert module._staging[0] is kept and kept.ctypes.data % 64 == 0
+
+
 def test_rerank_picks_among_each_tasks_best_records_by_their_time_in_the_module(tmp_path, cache: str) -> None:  # noqa: ANN001
     from autotune.graph.compiler import prepare
     from autotune.search.tune import register

@@ -358,6 +358,7 @@ class CompiledModule:
         self.summary = summary
         self.entry_source = entry_c  # the C entry point (CPU) or the host launch sequence (CUDA)
         self.entry_name = entry_name
+        self._staging: dict[int, np.ndarray] = {}  # inputs converted to the graph's types, reused
 
     @property
     def input_names(self) -> list[str]:
@@ -376,6 +377,10 @@ class CompiledModule:
         ids below the vocabulary size), other integers 0 or 1 (masks), bools either way."""
         return random_inputs(self.graph, rng)
 
+    def _inputs(self, inputs: Mapping[str, Any] | Sequence[Any] | None) -> list[np.ndarray]:
+        """The arrays the entry point reads (``check_inputs``; random ones where none are given)."""
+        return check_inputs(self.graph, inputs if inputs is not None else self.random_inputs(), self._staging)
+
     def _outputs(self) -> list[np.ndarray]:
         return [
             aligned_empty(self.graph.types[o].shape, self.graph.types[o].dtype)
@@ -388,7 +393,7 @@ class CompiledModule:
         """Outputs (graph order) for inputs given by name or in ``input_names`` order; with
         ``outputs`` (C-contiguous arrays of the output types, e.g. views of a caller's tensors) the
         results are written there and those arrays are returned."""
-        arrays = check_inputs(self.graph, inputs)
+        arrays = self._inputs(inputs)
         if outputs is None:
             outs = self._outputs()
         else:
@@ -429,7 +434,7 @@ class CompiledModule:
     ) -> list[float]:
         """Seconds per model run, one value per repeat, timed around the entry point (in C on the
         CPU; CUDA-graph replays between CUDA events on a GPU)."""
-        arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
+        arrays = self._inputs(inputs)
         return self.executable.time(arrays, self._outputs(), repeat, min_repeat_ms)
 
     def profile(
@@ -440,7 +445,7 @@ class CompiledModule:
         tuning measurement of its task (``tuned_s``; None for a default schedule). CPU only."""
         if not hasattr(self.executable, "profile"):
             raise GraphError(f"a per-kernel profile is not available for {type(self.executable).__name__}")
-        arrays = check_inputs(self.graph, inputs if inputs is not None else self.random_inputs())
+        arrays = self._inputs(inputs)
         calls = self.prepared.calls
         seconds = self.executable.profile(arrays, self._outputs(), repeat, len(calls))
         med = np.median(seconds, axis=0)
