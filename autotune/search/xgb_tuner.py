@@ -439,8 +439,12 @@ class ModelTuner:
         if not self.rules or self.measured or self.space.rules is None:
             return []
         self.rules = False
+        try:
+            proposed = self.space.default_configs()[:n]
+        except RuntimeError:  # rules that propose no valid config: the search starts as before
+            return []
         out = []
-        for cfg in self.space.default_configs()[:n]:
+        for cfg in proposed:
             k = config_key(cfg)
             if k not in self.seen and k not in taken:
                 taken.add(k)
