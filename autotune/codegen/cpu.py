@@ -52,10 +52,6 @@ class CpuRenderer(CStyleRenderer):
     def __init__(self, lanes: int = 8) -> None:
         self.lanes = lanes
 
-    @property
-    def vtype(self) -> str:
-        return f"at_f32x{self.lanes}"
-
     def prelude(self) -> str:
         text = "#include <math.h>\n#include <stdlib.h>\n#include <string.h>\n" + _vector_helpers(self.lanes)
         half = self.lanes // 2
