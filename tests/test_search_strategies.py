@@ -411,7 +411,7 @@ def test_model_tuner_on_a_space_without_knobs() -> None:
 def test_make_replay_db_measures_a_whole_space_and_exports_it(tmp_path: Path) -> None:
     script = str(ROOT / "scripts" / "make_replay_db.py")
     db, out = tmp_path / "w.db", tmp_path / "r.jsonl.gz"
-    base = [sys.executable, script, "--op", "matmul", "--shape", "4,8,2", "--db", str(db), "--out", str(out)]
+    base = [sys.executable, script, "--op", "matmul", "--shape", "3,3,2", "--db", str(db), "--out", str(out)]
     empty = subprocess.run(base + ["--export-only"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert empty.returncode == 2 and "does not exist" in empty.stderr and "nothing written" in empty.stderr
     assert not out.exists() and not db.exists(), "a refused export creates neither file"

@@ -169,8 +169,8 @@ def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones
     path, db = tmp_path / "c.onnx", tmp_path / "t.db"
     path.write_bytes(helper.make_model(graph).SerializeToString())
     # direct: transpose in + conv + transpose out; each Winograd form: in, GEMM, out (transposes shared)
-    assert tune.main(["--model", str(path), "--db", str(db), "--trials", "48", "--batch-size", "4",
-                      "--json", "--no-progress"]) == 0
+    assert tune.main(["--model", str(path), "--db", str(db), "--trials", "32", "--batch-size", "4",
+                      "--confirm", "0", "--json", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     labels = [t["workload"] for t in out["tasks"]]
     assert sum("winograd_in" in x for x in labels) == 2 and any("conv2d" in x for x in labels)
