@@ -478,6 +478,43 @@ def test_a_lone_finalist_is_confirmed_so_one_outlier_timing_is_not_its_time() ->
     assert missing_confirmations(db, wl, target, 3, 2) == {}
 
 
+def test_a_task_confirmed_in_a_slow_phase_keeps_its_search_time(monkeypatch) -> None:
+    """A host that runs at two speeds for minutes: confirming in the slow one (every timing 1.8x the
+    search's) would make a task's best read 1.8x its real time against tasks confirmed in the fast
+    one. The finalists are left unconfirmed instead (no record added, best = the search's), and a
+    rerun on the quiet machine confirms them; a start 1.2x the search's (noise) is confirmed."""
+    from autotune.search import confirm
+    from autotune.search.confirm import confirm_finalists, missing_confirmations
+    from autotune.search.measure_batch import Trial
+    from autotune.search.tune import _record, register
+    from autotune.target import cpu_target
+    from autotune.te import make_workload
+    from schedules import make_space
+
+    monkeypatch.setattr(confirm, "BACKOFF_S", 0.0)
+    wl, target = make_workload("add", "7"), cpu_target()
+    space = make_space(wl, target)
+    db = TuningDatabase(":memory:")
+    register(db, wl, target)
+    db.add_measurements([_record(wl, target, Trial({}, [], (10e-6,), None, "", 0.0), "xgb", space.version)])
+
+    class Phase:
+        def __init__(self, factor: float) -> None:
+            self.factor, self.calls = factor, 0
+
+        def measure(self, configs, steps):  # noqa: ANN001, ANN201 - the measurer's interface
+            self.calls += 1
+            return [Trial(c, s, (10e-6 * self.factor,), None, "", 0.0) for c, s in zip(configs, steps)]
+
+    slow = Phase(1.8)
+    assert confirm_finalists(db, wl, target, space, slow, 3, 2) == 0
+    assert slow.calls == confirm.START_RETRIES + 1
+    assert db.best(wl.key, target.key).mean_s == pytest.approx(10e-6)
+    assert missing_confirmations(db, wl, target, 3, 2) == {config_key({}): 2}
+    assert confirm_finalists(db, wl, target, space, Phase(1.2), 3, 2) == 2
+    assert db.best(wl.key, target.key).mean_s == pytest.approx(12e-6)
+
+
 def test_a_fresh_task_measures_its_rules_configs_first(replay: ReplayDB, small, host_target) -> None:  # noqa: ANN001
     """The model-guided tuner's first batch of a task with no measurements starts with the
     configs the space's rules propose (an untuned compile's schedules, best first), so a search

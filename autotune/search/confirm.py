@@ -31,8 +31,12 @@ log = logging.getLogger("autotune.confirm")
 REFERENCE_SLOWDOWN = 1.5
 # ... and the confirmation's starting point itself must be within this factor of the reference's
 # search-phase time: a machine already busy when confirmation begins (every first timing slow
-# alike) would otherwise set a slow baseline that every later timing passes
-SEARCH_SLOWDOWN = 3.0
+# alike) would otherwise set a slow baseline that every later timing passes. A shared host that
+# runs at two speeds for minutes at a time (one up to twice the other) would confirm a task in its
+# slow phase: its best then reads up to twice its real time against tasks confirmed in the fast
+# phase, and choices between tasks (a convolution's Winograd form against its direct form) go wrong.
+SEARCH_SLOWDOWN = 1.5
+START_RETRIES = 1  # re-measurements of a round whose start was busy before the task is left unconfirmed
 RETRIES = 4  # re-measurements of a round's disturbed finalists before the round is given up
 BACKOFF_S = 1.0  # wait before a retry, doubled each time
 
@@ -82,6 +86,13 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
             kept = _confirm_round(measurer, space, reference.config,
                                   [by_key[keys[i]] for i in rng.permutation(len(keys))], baseline,
                                   reference.mean_s)
+            if kept is None and not baseline:
+                log.warning(
+                    "%s: the machine's timing shifted during confirmation (the reference kernel ran "
+                    "over %.1fx its search time at the start, %d times in a row); %d finalist(s) "
+                    "left unconfirmed; rerun the same command on a quieter machine to finish",
+                    wl.name, SEARCH_SLOWDOWN, START_RETRIES + 1, len(keys))
+                break
             if kept is None:
                 log.warning(
                     "%s: the machine's timing shifted during confirmation (the reference kernel ran "
@@ -105,9 +116,11 @@ def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: 
     whose reference timings ran over REFERENCE_SLOWDOWN x ``baseline[0]`` (set from the first
     timings when empty, and only when those are within SEARCH_SLOWDOWN x ``searched_s``, the
     reference's search-phase time) is measured again, after a pause. Returns the kept trials in the
-    order of ``configs``, or None when some config stayed disturbed through RETRIES re-measurements."""
+    order of ``configs``, or None when some config stayed disturbed through RETRIES re-measurements
+    or the start was busy (no baseline set) START_RETRIES + 1 times in a row."""
     kept: dict[int, Trial] = {}
     todo = list(range(len(configs)))
+    busy_starts = 0
     for attempt in range(RETRIES + 1):
         if attempt:
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
@@ -123,6 +136,9 @@ def _confirm_round(measurer: Any, space: SearchSpace, reference: dict, configs: 
             if start > SEARCH_SLOWDOWN * searched_s:
                 log.debug("reference at %.3g s against %.3g s when searched: busy from the start", start,
                           searched_s)
+                busy_starts += 1
+                if busy_starts > START_RETRIES:
+                    return None
                 continue
             baseline.append(start)
         limit = baseline[0] * REFERENCE_SLOWDOWN
