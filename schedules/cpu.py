@@ -193,8 +193,6 @@ class CpuSketch(Sketch):
         self.tile_extents = [padded_extent(e, self.lanes, i == last) if pad else e
                              for i, e in enumerate(self.extents)]
         self.padded = {a for a, e, p in zip(self.axes, self.extents, self.tile_extents) if p != e}
-        # a pre-tiled constant is laid out by whole tiles: none along an overlapping axis
-        self.prepackable = [n for n in self.prepackable if not self.pack_candidates[n][1] & self.padded]
 
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:

@@ -42,8 +42,22 @@ def test_prepack_array_is_the_tiled_transpose() -> None:
         prepack_array(src, PrepackSpec((0, 1, 2), (2, 2, 3), (2, 4, 1)))
 
 
-def _const_matmul():  # noqa: ANN202
-    wl = library.dense_bias_relu(24, 64, 40)  # x[24,40] @ w -> 24x64, + bias, relu
+def test_prepack_array_gathers_the_shifted_last_block() -> None:
+    """Along an axis split with overlap (blocks of 4 over 10 elements: 0-3, 4-7, then 6-9 shifted
+    back) the tiles of 2 are those the kernel's loops read: 0, 2 | 4, 6 | 6, 8."""
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((3, 10)).astype(np.float32)
+    spec = PrepackSpec(perm=(0, 1), tile=(3, 2), counts=(1, 6), blocks=(0, 2))
+    out = prepack_array(src, spec)
+    assert out.shape == (1, 6, 3, 2)
+    for t, start in enumerate((0, 2, 4, 6, 6, 8)):
+        np.testing.assert_array_equal(out[0, t], src[:, start:start + 2])
+    with pytest.raises(ValueError, match="do not fit"):
+        prepack_array(src[:, :3], dataclasses.replace(spec, counts=(1, 2)))
+
+
+def _const_matmul(n: int = 64):  # noqa: ANN202
+    wl = library.dense_bias_relu(24, n, 40)  # x[24,40] @ w -> 24xn, + bias, relu
     return dataclasses.replace(wl, const_inputs=(1,))
 
 
@@ -93,6 +107,28 @@ def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
     assert all(len(t.costs) == COLD_REPEAT and min(t.costs) > 0 for t in trials)
 
 
+def test_a_weight_along_an_overlapping_axis_is_prepacked_by_blocks() -> None:
+    """100 outputs on 16 lanes: the output axis is tiled over 112 with its last block shifted back
+    (``overlap``); a pre-tiled weight then stores that block's tiles from the shifted start, and
+    the kernels that read it so compute right (checked against the float64 reference)."""
+    wl, target = _const_matmul(100), cpu_target()
+    space = make_space(wl, target)
+    configs = _prepacked_configs(wl, 6)
+    steps = [space.steps(c) for c in configs]
+    blocked = 0
+    for st in steps:
+        ((i, spec),) = build_program(wl, st, target).prepack
+        blocked += spec.blocks is not None
+    assert blocked >= 3, "most sampled tilings of 100 overlap"
+    runner = CpuRunner()
+    try:
+        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
+        trials = list(m.measure(configs, steps))
+    finally:
+        runner.close()
+    assert [t.error_kind for t in trials] == [None] * len(configs), [t.error_msg for t in trials]
+
+
 def test_only_an_input_can_be_prepacked() -> None:
     from autotune.schedule import CacheReadStep, apply_steps
 
@@ -111,7 +147,7 @@ def test_compiled_model_binds_tiled_weights_and_matches_onnxruntime(tmp_path) ->
     from autotune.search.tune import register
     from records import MeasurementRecord, TuningDatabase
 
-    spec = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8"
+    spec = "zoo:mlp?batch=2,inputs=16,hidden=32,classes=20"  # 20 classes: an overlapping axis
     target = cpu_target()
     prepared = prepare(spec, "NHWC")
     with TuningDatabase(tmp_path / "t.db") as db:

@@ -44,7 +44,7 @@ from .nodes import (
     Store,
     seq,
 )
-from .simplify import bounds, expr_key, linear, simplify
+from .simplify import Linear, bounds, expr_key, linear, simplify
 
 _ANNOTATION_KIND = {
     "parallel": "parallel",
@@ -475,14 +475,16 @@ class _Lowerer:
         if pos is None:
             raise ScheduleError(f"prepacked {src.name} is not a kernel argument")
         tiles: list[Expr] = []
-        for origin, ext in region:
-            lin = linear(origin, {})
+        blocks: list[int] = []  # per dim: tiles per overlapping block (0: the tiles do not overlap)
+        for (origin, ext), size in zip(region, att.tensor.shape):
+            lin, block = _blocked_origin(linear(origin, {}), ext, size, src.name)
             if lin.const % ext or any(c % ext for _, c in lin.terms.values()):
                 raise ScheduleError(f"prepacked {src.name}: tiles of {ext} start at {origin}, not a multiple")
             q = type(lin)(const=lin.const // ext)
             for key, (atom, c) in lin.terms.items():
                 q.terms[key] = (atom, c // ext)
             tiles.append(simplify(q.to_expr()))
+            blocks.append(block)
         perm = tuple(next(p for p, v in enumerate(src_index_vars(att)) if v is a.var) for a in att.axes)
         depth = {v: i for i, v in enumerate(loops)}
 
@@ -493,8 +495,10 @@ class _Lowerer:
         spec = PrepackSpec(
             perm=perm,
             tile=tuple(e for _, e in region),
-            counts=tuple(-(-size // e) for (_, e), size in zip(region, att.tensor.shape)),
+            counts=tuple(-(-size // (e * b)) * b if b else -(-size // e)
+                         for (_, e), size, b in zip(region, att.tensor.shape, blocks)),
             order=order,
+            blocks=tuple(blocks) if any(blocks) else None,
         )
         tiles = [tiles[d] for d in order]
         buf = Buffer(c_name(src.name), src.dtype, spec.shape, "arg", prepack=spec)
@@ -533,6 +537,27 @@ class _Lowerer:
             out = rebuild(e, tuple(self.lower_expr(k, axis_value, done) for k in kids)) if kids else e
         done[id(e)] = out
         return out
+
+
+def _blocked_origin(lin: Linear, ext: int, size: int, name: str) -> tuple[Linear, int]:
+    """A prepacked tile origin along an axis split with ``overlap`` holds ``min(b * B, size - B)``
+    (blocks of B elements, the last shifted back to end at ``size``): the tile index then counts
+    B / ``ext`` tiles a block, the packed copy stores the last block's tiles from its shifted start
+    (``PrepackSpec.blocks``), and ``b * B`` stands for the min. Returns the origin so rewritten and
+    the tiles per block (0 where the origin has no such term)."""
+    shifted = [(k, atom) for k, (atom, c) in lin.terms.items()
+               if isinstance(atom, Binary) and atom.op == "min" and c == 1 and isinstance(atom.b, IntImm)]
+    if not shifted:
+        return lin, 0
+    if len(shifted) > 1:
+        raise ScheduleError(f"prepacked {name}: an origin with two shifted blocks")
+    key, atom = shifted[0]
+    start = linear(atom.a, {})
+    steps = [c for _, c in start.terms.values()]
+    if start.const or len(steps) != 1 or steps[0] % ext or atom.b.value != size - steps[0]:
+        raise ScheduleError(f"prepacked {name}: tiles of {ext} start at {atom}, not a shifted block")
+    out = Linear({k: v for k, v in lin.terms.items() if k != key}, lin.const)
+    return out.add(start), steps[0] // ext
 
 
 def pipeline_wait(depth: int) -> int:
