@@ -515,6 +515,26 @@ def test_a_task_confirmed_in_a_slow_phase_keeps_its_search_time(monkeypatch) -> 
     assert db.best(wl.key, target.key).mean_s == pytest.approx(12e-6)
 
 
+def test_a_model_tuned_in_a_slow_phase_reports_its_unconfirmed_tasks(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                                      capsys) -> None:  # noqa: ANN001
+    """When no confirmation may start (here: a start rule no timing can meet), model tuning ends
+    with every task's finalists unconfirmed, and says so: per task in the JSON summary, as a
+    count, and in one line naming the rerun that finishes them."""
+    from autotune.cli import tune
+    from autotune.search import confirm
+
+    monkeypatch.setattr(confirm, "BACKOFF_S", 0.0)
+    monkeypatch.setattr(confirm, "SEARCH_SLOWDOWN", 1e-9)
+    db = tmp_path / "m.db"
+    assert tune.main(["--model", "zoo:mlp?batch=2,inputs=16,hidden=32,classes=8", "--db", str(db),
+                      "--trials", "12", "--batch-size", "3", "--json", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert all(t["confirmations"] == 0 and t["unconfirmed_finalists"] >= 1 for t in out["tasks"])
+    assert out["unconfirmed_tasks"] == len(out["tasks"]) >= 3
+    assert f"{len(out['tasks'])} task(s) left with unconfirmed finalists" in captured.err
+
+
 def test_a_fresh_task_measures_its_rules_configs_first(replay: ReplayDB, small, host_target) -> None:  # noqa: ANN001
     """The model-guided tuner's first batch of a task with no measurements starts with the
     configs the space's rules propose (an untuned compile's schedules, best first), so a search

@@ -80,6 +80,7 @@ class ModelTuneSummary:
             "new_trials": self.new_trials,
             "valid": sum(r.get("valid", 0) for r in rows),
             "errors": sum(r.get("errors", 0) for r in rows),
+            "unconfirmed_tasks": sum(bool(r.get("unconfirmed_finalists")) for r in rows),
             "best_gflops": {r["workload"]: r.get("best_gflops", 0.0) for r in rows},
             "best_config": {r["workload"]: r.get("best_config") for r in rows},
             "estimated_latency_s": None if math.isinf(self.estimated_s) else self.estimated_s,
@@ -320,6 +321,11 @@ def tune_model(
     elapsed = time.perf_counter() - start
     for mt in tasks:
         mt.summary = summarize(db, mt.task.workload, target, mt.new_trials, 0, elapsed)
+        mt.summary.unconfirmed = len(missing_confirmations(db, mt.task.workload, target, options.confirm,
+                                                           options.confirm_rounds))
+    waiting = sum(bool(mt.summary.unconfirmed) for mt in tasks)
+    if waiting:
+        log(f"{waiting} task(s) left with unconfirmed finalists; rerun the same command to confirm them")
     seconds, busy = where_time_went([s.measurer for s in sessions.values()], elapsed)
     return ModelTuneSummary(
         model=prepared[0].graph.name,
