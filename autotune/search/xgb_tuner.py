@@ -82,6 +82,7 @@ class ModelTuner:
         # untuned compile takes, best first): every search then holds at least the untuned
         # schedule, and the model learns from good configs early (measured: docs/cost_model.md)
         self.rules = rules
+        self._rules_offered = False  # the rules' configs are offered once per tuning session
         self.budget = context.budget if context is not None else None
         self._codes_of = [{_hashable(o): j for j, o in enumerate(k.options)} for k in space.knobs]
         self.cache: dict[str, np.ndarray | None] = (
@@ -436,9 +437,9 @@ class ModelTuner:
     def _rule_configs(self, n: int, taken: set[str]) -> list[Config]:
         """Up to ``n`` of the rules' configs not yet measured, once per tuning session (none where
         the task already has measurements of its own, or the space has no rules)."""
-        if not self.rules or self.measured or self.space.rules is None:
+        if not self.rules or self._rules_offered or self.measured or self.space.rules is None:
             return []
-        self.rules = False
+        self._rules_offered = True
         try:
             proposed = self.space.default_configs()[:n]
         except RuntimeError:  # rules that propose no valid config: the search starts as before
