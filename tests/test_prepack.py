@@ -83,6 +83,17 @@ def _prepacked_configs(wl, n: int) -> list[dict]:  # noqa: ANN001
     return out
 
 
+def _measured(wl, target, configs: list[dict], steps: list) -> tuple:  # noqa: ANN001
+    """(the measurer, its trials) of ``configs`` run through the real runner: the worker re-lays
+    pre-tiled inputs out and checks every output against the float64 reference."""
+    runner = CpuRunner()
+    try:
+        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
+        return m, list(m.measure(configs, steps))
+    finally:
+        runner.close()
+
+
 def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
     wl, target = _const_matmul(), cpu_target()
     space = make_space(wl, target)
@@ -94,12 +105,7 @@ def test_prepacked_kernels_read_tiles_in_place_and_are_correct() -> None:
         assert i == 1 and prog.func.args[1].shape == spec.counts + spec.tile
         local = [n for n in _walk_deep(prog.func.body) if isinstance(n, Allocate)]
         assert not any(a.buffer.name.startswith(wl.inputs[1].name) for a in local)  # no copy in the kernel
-    runner = CpuRunner()
-    try:
-        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
-        trials = list(m.measure(configs, steps))
-    finally:
-        runner.close()
+    m, trials = _measured(wl, target, configs, steps)
     # the worker re-lays the weight out and checks the output against the float64 reference
     assert [t.error_kind for t in trials] == [None] * len(configs), [t.error_msg for t in trials]
     # a model's weight is cold when its kernel runs: one call per repeat, the weight flushed first
@@ -120,12 +126,7 @@ def test_a_weight_along_an_overlapping_axis_is_prepacked_by_blocks() -> None:
         ((i, spec),) = build_program(wl, st, target).prepack
         blocked += spec.blocks is not None
     assert blocked >= 3, "most sampled tilings of 100 overlap"
-    runner = CpuRunner()
-    try:
-        m = WorkloadMeasurer(wl, target, Builder(workers=2), runner, RunOptions(repeat=1, min_repeat_ms=1))
-        trials = list(m.measure(configs, steps))
-    finally:
-        runner.close()
+    m, trials = _measured(wl, target, configs, steps)
     assert [t.error_kind for t in trials] == [None] * len(configs), [t.error_msg for t in trials]
 
 
