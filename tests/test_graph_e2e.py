@@ -97,6 +97,33 @@ def test_inputs_are_read_where_they_lie_or_converted_once(cache: str) -> None:
     assert module._staging[0] is kept and kept.ctypes.data % 64 == 0
 
 
+def test_weights_and_arena_lie_in_one_buffer_on_a_huge_page_boundary(cache: str) -> None:
+    """From 2 MiB on, a module copies its weights and places its arena in one buffer that starts on
+    a 2 MiB boundary (huge pages asked for); it computes what the same library computes with
+    ordinary pages, bit for bit, and what onnxruntime computes. Each run returns new output arrays."""
+    from autotune.aligned import HUGE_PAGE, address
+    from autotune.graph.runtime import CpuExecutable
+
+    spec = "zoo:mlp?batch=2,inputs=1024,hidden=1024,classes=8"  # a 4 MiB weight
+    module = compile_model(spec, cache_dir=cache, verbose=False)
+    ex = module.executable
+    assert ex.huge_pages and address(ex._memory) % HUGE_PAGE == 0
+    start, end = address(ex._memory), address(ex._memory) + ex._memory.nbytes
+    for a in [*ex._consts, ex._arena]:
+        assert address(a) % 64 == 0 and start <= address(a) and address(a) + a.nbytes <= end
+    plain = CpuExecutable(ex.lib_path, ex.entry_name, ex.graph, ex.plan, huge_pages=False)
+    assert not plain.huge_pages
+    feeds = module.random_inputs(np.random.default_rng(8))
+    first, second = module.run(feeds), module.run(feeds)
+    assert first[0] is not second[0] and not np.shares_memory(first[0], second[0])
+    np.testing.assert_array_equal(first[0], second[0])
+    out = [np.empty_like(first[0])]
+    plain.run(module._inputs(feeds), out)
+    np.testing.assert_array_equal(out[0], first[0])
+    (ref,) = onnxruntime_outputs(spec, feeds)
+    np.testing.assert_allclose(first[0], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
 def test_rerank_picks_among_each_tasks_best_records_by_their_time_in_the_module(tmp_path, cache: str) -> None:  # noqa: ANN001
     from autotune.graph.compiler import prepare
     from autotune.search.tune import register

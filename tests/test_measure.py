@@ -287,6 +287,17 @@ def test_kernel_operands_start_on_a_cache_line(builder: Builder) -> None:
         assert_ok(r.run(lib, "where", "where", FAST))
 
 
+def test_huge_page_buffers_start_on_a_huge_page_and_are_zeroed() -> None:
+    from autotune.aligned import HUGE_PAGE, address, huge_page_buffer
+
+    for nbytes in (100, HUGE_PAGE, 3 * HUGE_PAGE + 12345):
+        b = huge_page_buffer(nbytes)
+        assert b.dtype == np.uint8 and b.shape == (nbytes,) and address(b) % HUGE_PAGE == 0
+        assert not b.any()
+        b[:] = 7  # writable to its last byte
+        assert int(b[-1]) == 7
+
+
 def test_aligned_copies_start_on_a_cache_line() -> None:
     base = np.arange(100, dtype=np.float32)
     for off in range(1, 5):

@@ -25,6 +25,7 @@ from autotune.prepack import prepack_array
 from autotune.program import CudaSource, Program, kernel_name
 from autotune.schedule import ScheduleError, Step, step_from_dict
 from autotune.target import Target, cpu_target
+from autotune.te.workload import numpy_dtype
 from records import TuningDatabase
 from schedules import make_space
 
@@ -40,6 +41,7 @@ from .tasks import KernelCall, Task, extract_tasks
 from .winograd import SUFFIXES, Plan, default_sizes, describe_forms
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
+SMALL_OUTPUT_BYTES = 64 << 10  # outputs below this size are not aligned (CompiledModule._outputs)
 
 
 def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -359,6 +361,10 @@ class CompiledModule:
         self.entry_source = entry_c  # the C entry point (CPU) or the host launch sequence (CUDA)
         self.entry_name = entry_name
         self._staging: dict[int, np.ndarray] = {}  # inputs converted to the graph's types, reused
+        types = self.graph.types
+        self._input_types = [(n, tuple(types[n].shape), np.dtype(numpy_dtype(types[n].dtype)))
+                             for n in self.graph.inputs]
+        self._output_types = [(tuple(types[o].shape), np.dtype(types[o].dtype)) for o in self.graph.outputs]
 
     @property
     def input_names(self) -> list[str]:
@@ -378,14 +384,27 @@ class CompiledModule:
         return random_inputs(self.graph, rng)
 
     def _inputs(self, inputs: Mapping[str, Any] | Sequence[Any] | None) -> list[np.ndarray]:
-        """The arrays the entry point reads (``check_inputs``; random ones where none are given)."""
+        """The arrays the entry point reads (``check_inputs``; random ones where none are given).
+        Inputs by name that are already C-contiguous arrays of the graph's types are taken on a
+        short path: right after a model run the interpreter's own data is out of the caches, and
+        every step costs (``bench/cpu_models/python_call``)."""
+        if type(inputs) is dict and len(inputs) == len(self._input_types):
+            arrays = []
+            for name, shape, dtype in self._input_types:
+                a = inputs.get(name)
+                if (type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype
+                        or not a.flags.c_contiguous):
+                    break
+                arrays.append(a)
+            else:
+                return arrays
         return check_inputs(self.graph, inputs if inputs is not None else self.random_inputs(), self._staging)
 
     def _outputs(self) -> list[np.ndarray]:
-        return [
-            aligned_empty(self.graph.types[o].shape, self.graph.types[o].dtype)
-            for o in self.graph.outputs
-        ]
+        """New output arrays: 64-byte aligned from ``SMALL_OUTPUT_BYTES`` on; a smaller one as numpy
+        allocates it (the kernels store unaligned vectors; aligning it took 45 µs a call, cold)."""
+        return [np.empty(shape, dtype) if math.prod(shape) * dtype.itemsize < SMALL_OUTPUT_BYTES
+                else aligned_empty(shape, dtype) for shape, dtype in self._output_types]
 
     def run(
         self, inputs: Mapping[str, Any] | Sequence[Any], outputs: Sequence[np.ndarray] | None = None

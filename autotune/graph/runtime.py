@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from autotune.aligned import aligned, aligned_empty, is_aligned
+from autotune.aligned import ALIGN, HUGE_PAGE, address, aligned, aligned_empty, huge_page_buffer, is_aligned
 from autotune.measure import TIMER_SYMBOL, Builder, BuildOptions
 from autotune.measure.harness import harness_source
 from autotune.target import Target
@@ -294,7 +294,9 @@ def make_backend(target: Target, **kwargs: Any) -> ModuleBackend:
 class CpuExecutable:
     """A loaded module library: bound weights, the arena, and the entry point."""
 
-    def __init__(self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan) -> None:
+    def __init__(
+        self, lib_path: str, entry: str, graph: Graph, plan: MemoryPlan, huge_pages: bool = True
+    ) -> None:
         self.lib_path = lib_path
         self.graph = graph
         self.plan = plan
@@ -312,13 +314,26 @@ class CpuExecutable:
             ctypes.POINTER(ctypes.c_double),
         ]
         self._timer.restype = ctypes.c_int
-        # weights bound once: contiguous, 64-byte aligned copies and a pointer table
-        self._consts = [aligned(np.asarray(graph.consts[v])) for v in plan.consts]
+        # weights bound once, copied 64-byte aligned into one buffer with the arena after them; from
+        # 2 MiB on, that buffer asks for huge pages (autotune.aligned.huge_page_buffer)
+        arrays = [np.ascontiguousarray(graph.consts[v]) for v in plan.consts]
+        offsets, end = [], 0
+        for a in arrays:
+            offsets.append(end)
+            end += -(-a.nbytes // ALIGN) * ALIGN
+        total = end + plan.arena_bytes
+        self.huge_pages = huge_pages and total >= HUGE_PAGE
+        self._memory = huge_page_buffer(total) if self.huge_pages else aligned_empty((total,), np.uint8)
+        self._memory.fill(0)
+        self._consts = []
+        for a, off in zip(arrays, offsets):
+            view = self._memory[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(view, a)
+            self._consts.append(view)
         self._const_table = (ctypes.c_void_p * max(1, len(self._consts)))(
             *[a.ctypes.data for a in self._consts]
         )
-        self._arena = aligned_empty((plan.arena_bytes,), np.uint8)
-        self._arena.fill(0)
+        self._arena = self._memory[end:]
         self._arena_ptr = self._arena.ctypes.data
         n_io = len(graph.inputs) + len(graph.outputs)
         self._io_table = (ctypes.c_void_p * (2 + n_io))(ctypes.addressof(self._const_table), self._arena_ptr)
@@ -329,7 +344,11 @@ class CpuExecutable:
         return (ctypes.c_void_p * len(ptrs))(*ptrs)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        self.entry(self._args(inputs, outputs))
+        table, i = self._io_table, 2
+        for a in (*inputs, *outputs):
+            table[i] = address(a)
+            i += 1
+        self.entry(table)
 
     def run_pointers(self, pointers: Sequence[int]) -> None:
         """The entry point on raw addresses of the inputs then the outputs (C-contiguous, of the
