@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .contrib import contrib_problem, expand_contrib, is_contrib
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
 from .ops import IMPORTED_AS, KERNEL_DTYPES, OPS, attr_problem
 from .ops.functions import expand_functions
@@ -123,6 +124,11 @@ def unsupported(model: Any) -> list[str]:
     opset = _opset(model)
     for i, n in enumerate(model.graph.node):
         name = n.name or f"{n.op_type}_{i}"
+        if is_contrib(n):
+            why = contrib_problem(n, _attrs(n))
+            if why:
+                problems.append(f"{n.domain}.{n.op_type} node {name!r} with {why}")
+            continue
         op = IMPORTED_AS.get(n.op_type, n.op_type)
         if n.domain not in ("", "ai.onnx") or op not in OPS or OPS[op].internal:
             op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
@@ -211,7 +217,15 @@ def from_onnx(
         if 0 in shape:  # it holds nothing: known at compile time, folded like a constant
             consts[vi.name] = np.zeros(shape, dtype)
     nodes = []
+    taken = {v for n in g.node for v in (*n.input, *n.output)} | set(consts) | {vi.name for vi in g.input}
     for i, n in enumerate(g.node):
+        if is_contrib(n):  # onnxruntime's fused operators, as the graph's own
+            added: dict[str, np.ndarray] = {}
+            nodes += expand_contrib(n, n.name or f"{n.op_type}_{i}", _attrs(n), taken, added)
+            for k, v in added.items():
+                consts[k] = v
+                types[k] = TensorType(v.shape, str(v.dtype))
+            continue
         node, held = _imported_node(n, n.name or f"{n.op_type}_{i}", opset)
         if held is not None:
             node.inputs[2] = _unused_name(f"{node.name}_scales", consts, g)

@@ -42,6 +42,10 @@ def _kernel_value(node: Node, t: TensorType, consts: Consts) -> None:
 
 # --- Transpose / Concat -------------------------------------------------------------------------------
 def transpose_perm(node: Any, ndim: int) -> list[int]:
+    """The node's permutation of ``ndim`` axes: ``perm``, reversed without it, or (internal attribute
+    ``_swap_last``, of imported contrib operators) the last two axes swapped."""
+    if node.attrs.get("_swap_last"):
+        return list(range(ndim - 2)) + [ndim - 1, ndim - 2] if ndim >= 2 else list(range(ndim))
     perm = node.attrs.get("perm")
     perm = list(range(ndim))[::-1] if perm is None else [int(p) % max(ndim, 1) for p in perm]
     if sorted(perm) != list(range(ndim)):

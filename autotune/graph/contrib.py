@@ -1,0 +1,171 @@
+"""onnxruntime's contrib operators (domain ``com.microsoft``) that its graph optimizer and
+transformer optimizer write into the models they save (``optimized_model_filepath`` at the extended
+level, ``onnxruntime.transformers.optimizer``): each is imported as the graph's own operators, so it
+compiles like the subgraph it was fused from. What each computes is onnxruntime's contrib-operator
+specification; the tests check every one against onnxruntime itself.
+
+- ``Gelu(X)``: erf GELU; ``BiasGelu(A, B)``: GELU of A + B; ``FastGelu(X[, bias])``: the tanh
+  approximation of GELU of X (+ bias); ``QuickGelu(X)``: X · sigmoid(alpha · X);
+- ``FusedMatMul(A, B)``: alpha · A @ B, either operand's last two axes swapped first (transA / transB);
+- ``FusedConv(X, W[, B[, Z]])``: a convolution (+ Z) and its activation (Relu, Tanh, Sigmoid,
+  LeakyRelu, Clip, HardSigmoid, with ``activation_params``);
+- ``SkipLayerNormalization(input, skip, gamma[, beta[, bias]])``: layer norm of input + skip (+ bias)
+  over the last axis; its fourth output is that sum. ``SkipSimplifiedLayerNormalization(input, skip,
+  gamma)``: the same with RMS normalization.
+
+A form these do not cover (``transBatchA``, the mean and inverse-deviation outputs a training graph
+reads) is named in the import's error, as an unsupported operator is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .ir import Node
+
+DOMAIN = "com.microsoft"
+Consts = dict[str, np.ndarray]
+Names = Callable[[str], str]  # a fresh value name from a suffix
+
+
+def _gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    return [Node("Gelu", [n.input[0]], [n.output[0]], {"approximate": "none"}, name)]
+
+
+def _bias_gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    s = names("sum")
+    return [Node("Add", [n.input[0], n.input[1]], [s], {}, name + "_add"),
+            Node("Gelu", [s], [n.output[0]], {"approximate": "none"}, name)]
+
+
+def _fast_gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    x, nodes = n.input[0], []
+    if len(n.input) > 1 and n.input[1]:
+        x = names("sum")
+        nodes.append(Node("Add", [n.input[0], n.input[1]], [x], {}, name + "_add"))
+    return nodes + [Node("Gelu", [x], [n.output[0]], {"approximate": "tanh"}, name)]
+
+
+def _quick_gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    x, gate, nodes = n.input[0], names("gate"), []
+    alpha = float(a.get("alpha", 1.702))
+    if alpha != 1.0:  # alpha 1 is SiLU: x · sigmoid(x), the form exporters write (the same tasks)
+        scale, x = names("alpha"), names("scaled")
+        consts[scale] = np.array(alpha, np.float32)
+        nodes.append(Node("Mul", [n.input[0], scale], [x], {}, name + "_scale"))
+    return nodes + [Node("Sigmoid", [x], [gate], {}, name + "_sigmoid"),
+                    Node("Mul", [n.input[0], gate], [n.output[0]], {}, name)]
+
+
+def _fused_matmul(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    nodes, operands = [], []
+    for k, flag in enumerate(("transA", "transB")):
+        v = n.input[k]
+        if a.get(flag, 0):
+            t = names(f"t{k}")
+            nodes.append(Node("Transpose", [v], [t], {"_swap_last": True}, f"{name}_{flag}"))
+            v = t
+        operands.append(v)
+    alpha = float(a.get("alpha", 1.0))
+    if alpha == 1.0:
+        return nodes + [Node("MatMul", operands, [n.output[0]], {}, name)]
+    prod, scale = names("product"), names("alpha")
+    consts[scale] = np.array(alpha, np.float32)
+    return nodes + [Node("MatMul", operands, [prod], {}, name + "_matmul"),
+                    Node("Mul", [prod, scale], [n.output[0]], {}, name)]
+
+
+def _skip_norm(simplified: bool) -> Callable[[Any, str, dict, Names, Consts], list[Node]]:
+    def expand(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+        ins = list(n.input) + [""] * (5 - len(n.input))
+        outs = list(n.output) + [""] * (4 - len(n.output))
+        total = outs[3] or names("sum")
+        nodes = []
+        bias = ins[3] if simplified else ins[4]
+        if bias:
+            partial = names("partial")
+            nodes += [Node("Add", [ins[0], ins[1]], [partial], {}, name + "_skip"),
+                      Node("Add", [partial, bias], [total], {}, name + "_bias")]
+        else:
+            nodes.append(Node("Add", [ins[0], ins[1]], [total], {}, name + "_skip"))
+        eps = float(a.get("epsilon", 1e-12))
+        if simplified:
+            norm = Node("RMSNormalization", [total, ins[2]], [outs[0]], {"axis": -1, "epsilon": eps}, name)
+        else:
+            operands = [total, ins[2]] + ([ins[3]] if ins[3] else [])
+            norm = Node("LayerNormalization", operands, [outs[0]], {"axis": -1, "epsilon": eps}, name)
+        return nodes + [norm]
+    return expand
+
+
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
+
+
+def _fused_conv(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    ins = list(n.input)[:3]
+    act, params = a.get("activation", ""), list(a.get("activation_params", []))
+    conv = names("conv")
+    nodes = [Node("Conv", ins, [conv], {k: a[k] for k in CONV_ATTRS if k in a}, name + "_conv")]
+    if len(n.input) > 3 and n.input[3]:  # Z, added before the activation
+        total = names("sum")
+        nodes.append(Node("Add", [conv, n.input[3]], [total], {}, name + "_add"))
+        conv = total
+    if act == "Clip":
+        lo, hi = names("min"), names("max")
+        consts[lo], consts[hi] = np.array(params[0], np.float32), np.array(params[1], np.float32)
+        return nodes + [Node("Clip", [conv, lo, hi], [n.output[0]], {}, name)]
+    attrs = ({"alpha": params[0]} if act == "LeakyRelu" else
+             {"alpha": params[0], "beta": params[1]} if act == "HardSigmoid" else {})
+    return nodes + [Node(act, [conv], [n.output[0]], attrs, name)]
+
+
+EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
+    "Gelu": _gelu,
+    "BiasGelu": _bias_gelu,
+    "FastGelu": _fast_gelu,
+    "QuickGelu": _quick_gelu,
+    "FusedMatMul": _fused_matmul,
+    "SkipLayerNormalization": _skip_norm(simplified=False),
+    "SkipSimplifiedLayerNormalization": _skip_norm(simplified=True),
+    "FusedConv": _fused_conv,
+}
+
+
+def is_contrib(n: Any) -> bool:
+    """Is ONNX node ``n`` one of the contrib operators imported here?"""
+    return n.domain == DOMAIN and n.op_type in EXPANSIONS
+
+
+def contrib_problem(n: Any, attrs: dict) -> str | None:
+    """Why contrib node ``n`` cannot be imported (a form not covered), or None."""
+    if n.op_type == "FusedMatMul" and (attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0)):
+        return "transBatchA / transBatchB"
+    if n.op_type.startswith("Skip") and any(o for o in list(n.output)[1:3]):
+        return "its mean or inverse standard deviation output read"
+    if n.op_type == "SkipSimplifiedLayerNormalization" and len(n.input) > 3 and n.input[3]:
+        return "a bias input"
+    if n.op_type == "FusedConv":
+        act, params = attrs.get("activation", ""), list(attrs.get("activation_params", []))
+        wanted = {"Clip": 2, "HardSigmoid": 2, "LeakyRelu": 1}.get(act, 0)
+        if act not in ACTIVATIONS or len(params) < wanted:
+            return f"activation {act!r}" + (f" and parameters {params}" if act in ACTIVATIONS else "")
+    return None
+
+
+def expand_contrib(n: Any, name: str, attrs: dict, taken: set[str], consts: Consts) -> list[Node]:
+    """The graph nodes contrib node ``n`` is computed as; values it needs inside get names not in
+    ``taken`` (which they are added to), constants go into ``consts``."""
+
+    def names(suffix: str) -> str:
+        base, k = f"{name}/{suffix}", 0
+        v = base
+        while v in taken:
+            k += 1
+            v = f"{base}_{k}"
+        taken.add(v)
+        return v
+
+    return EXPANSIONS[n.op_type](n, name, attrs, names, consts)

@@ -1,0 +1,132 @@
+"""onnxruntime's contrib operators (com.microsoft) import as the graph's own operators and compute
+what onnxruntime computes; the forms not covered are refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from autotune.graph import compile_model, zoo  # noqa: E402
+from autotune.graph.frontend import UnsupportedModelError, from_onnx  # noqa: E402
+
+MS = "com.microsoft"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("contrib"))
+
+
+def _model(nodes: list, inputs: dict, outputs: list[str], consts: dict,
+           shape: list[int] | None = None) -> bytes:
+    """A model of ``nodes``; its outputs are declared of ``shape`` (default: the first input's)."""
+    shape = shape or next(iter(inputs.values()))
+    g = helper.make_graph(
+        nodes, "contrib",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape) for o in outputs],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    return m.SerializeToString()
+
+
+def _matches_onnxruntime(data: bytes, cache: str, seed: int = 0) -> None:
+    module = compile_model(data, cache_dir=cache, verbose=False)
+    feeds = module.random_inputs(np.random.default_rng(seed))
+    ours = module.run(feeds)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert len(ours) == len(ref)
+    for o, r in zip(ours, ref):
+        assert o.shape == r.shape
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(r).max())))
+
+
+RNG = np.random.default_rng(1)
+W = {"b": RNG.standard_normal(24), "g": 1 + 0.1 * RNG.standard_normal(24), "be": RNG.standard_normal(24)}
+CASES = {
+    "gelu": ([helper.make_node("Gelu", ["x"], ["y"], domain=MS)], ["y"], {}),
+    "bias_gelu": ([helper.make_node("BiasGelu", ["x", "b"], ["y"], domain=MS)], ["y"], {"b": W["b"]}),
+    "fast_gelu": ([helper.make_node("FastGelu", ["x"], ["y"], domain=MS)], ["y"], {}),
+    "fast_gelu_bias": ([helper.make_node("FastGelu", ["x", "b"], ["y"], domain=MS)], ["y"], {"b": W["b"]}),
+    "quick_gelu": ([helper.make_node("QuickGelu", ["x"], ["y"], domain=MS)], ["y"], {}),
+    "quick_gelu_alpha": ([helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha=1.3)], ["y"], {}),
+    "silu": ([helper.make_node("QuickGelu", ["x"], ["y"], domain=MS, alpha=1.0)], ["y"], {}),
+    "skip_layer_norm": (
+        [helper.make_node("SkipLayerNormalization", ["x", "s", "g", "be", "b"], ["y", "", "", "sum"],
+                          domain=MS, epsilon=1e-5)], ["y", "sum"], W),
+    "skip_layer_norm_plain": (
+        [helper.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], domain=MS, epsilon=1e-12)],
+        ["y"], {"g": W["g"]}),
+    "skip_rms_norm": (
+        [helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "", "", "sum"],
+                          domain=MS, epsilon=1e-6)], ["y", "sum"], {"g": W["g"]}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_contrib_elementwise_and_norms_match_onnxruntime(case: str, cache: str) -> None:
+    nodes, outputs, consts = CASES[case]
+    inputs = {"x": [2, 5, 24]}
+    if any("s" in n.input for n in nodes):
+        inputs["s"] = [2, 5, 24]
+    _matches_onnxruntime(_model(nodes, inputs, outputs, consts), cache)
+
+
+@pytest.mark.parametrize("trans_a,trans_b,alpha", [(0, 0, 1.0), (0, 1, 0.125), (1, 0, 2.0), (1, 1, 0.5)])
+def test_fused_matmul_matches_onnxruntime(trans_a: int, trans_b: int, alpha: float, cache: str) -> None:
+    a = [2, 3, 7, 5] if trans_a else [2, 3, 5, 7]
+    b = [2, 3, 6, 7] if trans_b else [2, 3, 7, 6]
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, transA=trans_a, transB=trans_b,
+                            alpha=alpha)
+    _matches_onnxruntime(_model([node], {"a": a, "b": b}, ["y"], {}, [2, 3, 5, 6]), cache)
+
+
+@pytest.mark.parametrize("activation,params,z", [
+    ("Relu", [], False), ("Relu", [], True), ("Clip", [0.0, 6.0], False), ("Sigmoid", [], False),
+    ("Tanh", [], False), ("LeakyRelu", [0.1], True), ("HardSigmoid", [0.2, 0.5], False),
+])
+def test_fused_conv_matches_onnxruntime(activation: str, params: list, z: bool, cache: str) -> None:
+    rng = np.random.default_rng(2)
+    consts = {"w": rng.standard_normal((6, 4, 3, 3)) * 0.3, "b": rng.standard_normal(6)}
+    extra = {"activation_params": params} if params else {}
+    node = helper.make_node("FusedConv", ["x", "w", "b"] + (["z"] if z else []), ["y"], domain=MS,
+                            activation=activation, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2],
+                            **extra)
+    inputs = {"x": [1, 4, 9, 9]} | ({"z": [1, 6, 5, 5]} if z else {})
+    _matches_onnxruntime(_model([node], inputs, ["y"], consts, [1, 6, 5, 5]), cache)
+
+
+@pytest.mark.parametrize("node,why", [
+    (helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain=MS, transBatchA=1), "transBatchA"),
+    (helper.make_node("SkipLayerNormalization", ["x", "x", "g"], ["y", "mean"], domain=MS), "mean"),
+    (helper.make_node("FusedConv", ["x", "x"], ["y"], domain=MS, activation="Selu"), "Selu"),
+    (helper.make_node("EmbedLayerNormalization", ["x"], ["y"], domain=MS),
+     "com.microsoft.EmbedLayerNormalization"),
+])
+def test_contrib_forms_not_covered_are_refused_by_name(node, why: str) -> None:  # noqa: ANN001
+    outs = [o for o in node.output if o]
+    data = _model([node], {"x": [4, 4]}, outs, {"g": np.ones(4)})
+    with pytest.raises(UnsupportedModelError, match=why):
+        from_onnx(data)
+
+
+@pytest.mark.parametrize("spec", ["zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64",
+                                  "zoo:resnet18?image=32,width=8"], ids=["bert", "resnet"])
+def test_models_onnxruntime_optimized_compile_and_match(spec: str, tmp_path, cache: str) -> None:  # noqa: ANN001
+    """A zoo model saved by onnxruntime at its extended optimization level (Gelu,
+    SkipLayerNormalization, FusedMatMul, FusedConv in place of their subgraphs) compiles and
+    matches onnxruntime."""
+    src = zoo.make_model(spec).SerializeToString()
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+    data = (tmp_path / "optimized.onnx").read_bytes()
+    fused = {n.op_type for n in onnx.load_from_string(data).graph.node if n.domain == MS}
+    assert fused, "onnxruntime fused nothing: the test would not test the contrib operators"
+    _matches_onnxruntime(data, cache, seed=4)
