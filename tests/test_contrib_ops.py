@@ -22,7 +22,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _model(nodes: list, inputs: dict, outputs: list[str], consts: dict,
-           shape: list[int] | None = None) -> bytes:
+           shape: list[int] | None = None, opset: int = 17) -> bytes:
     """A model of ``nodes``; its outputs are declared of ``shape`` (default: the first input's)."""
     shape = shape or next(iter(inputs.values()))
     g = helper.make_graph(
@@ -31,7 +31,7 @@ def _model(nodes: list, inputs: dict, outputs: list[str], consts: dict,
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape) for o in outputs],
         [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
     return m.SerializeToString()
 
 
@@ -75,6 +75,16 @@ def test_contrib_elementwise_and_norms_match_onnxruntime(case: str, cache: str) 
     if any("s" in n.input for n in nodes):
         inputs["s"] = [2, 5, 24]
     _matches_onnxruntime(_model(nodes, inputs, outputs, consts), cache)
+
+
+@pytest.mark.parametrize("op,opset", [("LayerNormalization", 14), ("SimplifiedLayerNormalization", 17)])
+def test_onnxruntimes_norms_in_the_onnx_domain_match_onnxruntime(op: str, opset: int, cache: str) -> None:
+    """onnxruntime registers LayerNormalization below opset 17 and SimplifiedLayerNormalization in
+    the ONNX domain itself; models it saves carry them there."""
+    extra = ["be"] if op == "LayerNormalization" else []
+    node = helper.make_node(op, ["x", "g", *extra], ["y"], axis=-1, epsilon=1e-5)
+    consts = {"g": W["g"]} | ({"be": W["be"]} if extra else {})
+    _matches_onnxruntime(_model([node], {"x": [2, 5, 24]}, ["y"], consts, opset=opset), cache)
 
 
 @pytest.mark.parametrize("trans_a,trans_b,alpha", [(0, 0, 1.0), (0, 1, 0.125), (1, 0, 2.0), (1, 1, 0.5)])
@@ -130,3 +140,18 @@ def test_models_onnxruntime_optimized_compile_and_match(spec: str, tmp_path, cac
     fused = {n.op_type for n in onnx.load_from_string(data).graph.node if n.domain == MS}
     assert fused, "onnxruntime fused nothing: the test would not test the contrib operators"
     _matches_onnxruntime(data, cache, seed=4)
+
+
+def test_a_model_from_onnxruntimes_transformer_optimizer_compiles_and_matches(tmp_path, cache: str) -> None:  # noqa: ANN001
+    """The zoo's BERT layer through onnxruntime's transformer optimizer (``optimize_model``) compiles
+    and matches onnxruntime."""
+    optimizer = pytest.importorskip("onnxruntime.transformers.optimizer")
+    src = tmp_path / "bert.onnx"
+    src.write_bytes(zoo.make_model("zoo:bert_layer?seq=16,hidden=32,heads=2,ffn=64").SerializeToString())
+    optimized = optimizer.optimize_model(str(src), model_type="bert", num_heads=2, hidden_size=32,
+                                         opt_level=0)
+    optimized.save_model_to_file(str(tmp_path / "optimized.onnx"))
+    data = (tmp_path / "optimized.onnx").read_bytes()
+    ops = {(n.domain, n.op_type) for n in onnx.load_from_string(data).graph.node}
+    assert any(d == MS for d, _ in ops), f"nothing fused: {sorted(ops)}"
+    _matches_onnxruntime(data, cache, seed=6)

@@ -9,6 +9,8 @@ specification; the tests check every one against onnxruntime itself.
 - ``FusedMatMul(A, B)``: alpha · A @ B, either operand's last two axes swapped first (transA / transB);
 - ``FusedConv(X, W[, B[, Z]])``: a convolution (+ Z) and its activation (Relu, Tanh, Sigmoid,
   LeakyRelu, Clip, HardSigmoid, with ``activation_params``);
+- ``SimplifiedLayerNormalization(X, scale)`` (which onnxruntime puts in the ONNX domain): RMS
+  normalization; its LayerNormalization in the ONNX domain below opset 17 is ONNX's of opset 17;
 - ``SkipLayerNormalization(input, skip, gamma[, beta[, bias]])``: layer norm of input + skip (+ bias)
   over the last axis; its fourth output is that sum. ``SkipSimplifiedLayerNormalization(input, skip,
   gamma)``: the same with RMS normalization.
@@ -100,6 +102,11 @@ def _skip_norm(simplified: bool) -> Callable[[Any, str, dict, Names, Consts], li
     return expand
 
 
+def _simplified_norm(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    attrs = {"axis": int(a.get("axis", -1)), "epsilon": float(a.get("epsilon", 1e-5))}
+    return [Node("RMSNormalization", list(n.input)[:2], [n.output[0]], attrs, name)]
+
+
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
 
@@ -131,12 +138,42 @@ EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
     "SkipLayerNormalization": _skip_norm(simplified=False),
     "SkipSimplifiedLayerNormalization": _skip_norm(simplified=True),
     "FusedConv": _fused_conv,
+    "SimplifiedLayerNormalization": _simplified_norm,
 }
+
+
+# operators onnxruntime registers in the ONNX domain itself: LayerNormalization below opset 17 (the
+# one ONNX then defined, same inputs, attributes and outputs), SimplifiedLayerNormalization always
+IN_ONNX_DOMAIN = {"LayerNormalization": 17, "SimplifiedLayerNormalization": None}
+
+
+def _in_onnx_domain(n: Any, opset: int) -> bool:
+    since = IN_ONNX_DOMAIN.get(n.op_type, 0)
+    return n.domain in ("", "ai.onnx") and n.op_type in IN_ONNX_DOMAIN and (since is None or opset < since)
 
 
 def is_contrib(n: Any) -> bool:
     """Is ONNX node ``n`` one of the contrib operators imported here?"""
-    return n.domain == DOMAIN and n.op_type in EXPANSIONS
+    return (n.domain == DOMAIN and n.op_type in EXPANSIONS) or (
+        n.domain in ("", "ai.onnx") and n.op_type == "SimplifiedLayerNormalization")
+
+
+def checkable(model: Any, opset: int) -> Any:
+    """``model`` as onnx's checker can take it: onnxruntime's operators in the ONNX domain
+    (``IN_ONNX_DOMAIN``) moved to its own domain, which the checker does not check; the model itself
+    when it has none."""
+    at = [i for i, n in enumerate(model.graph.node) if _in_onnx_domain(n, opset)]
+    if not at:
+        return model
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for i in at:
+        out.graph.node[i].domain = DOMAIN
+    if all(o.domain != DOMAIN for o in out.opset_import):
+        out.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    return out
 
 
 def contrib_problem(n: Any, attrs: dict) -> str | None:
@@ -145,6 +182,8 @@ def contrib_problem(n: Any, attrs: dict) -> str | None:
         return "transBatchA / transBatchB"
     if n.op_type.startswith("Skip") and any(o for o in list(n.output)[1:3]):
         return "its mean or inverse standard deviation output read"
+    if n.op_type == "SimplifiedLayerNormalization" and any(o for o in list(n.output)[1:]):
+        return "its inverse standard deviation output read"
     if n.op_type == "SkipSimplifiedLayerNormalization" and len(n.input) > 3 and n.input[3]:
         return "a bias input"
     if n.op_type == "FusedConv":

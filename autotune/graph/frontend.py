@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .contrib import contrib_problem, expand_contrib, is_contrib
+from .contrib import checkable, contrib_problem, expand_contrib, is_contrib
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
 from .ops import IMPORTED_AS, KERNEL_DTYPES, OPS, attr_problem
 from .ops.functions import expand_functions
@@ -166,7 +166,7 @@ def from_onnx(
         {vi.name for vi in g.input} | {init.name for init in g.initializer},
     )
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(checkable(model, _opset(model)))
     except onnx.checker.ValidationError as err:
         if problems:
             raise UnsupportedModelError(problems) from None
