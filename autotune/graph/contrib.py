@@ -85,7 +85,7 @@ def _skip_norm(simplified: bool) -> Callable[[Any, str, dict, Names, Consts], li
         outs = list(n.output) + [""] * (4 - len(n.output))
         total = outs[3] or names("sum")
         nodes = []
-        bias = ins[3] if simplified else ins[4]
+        bias = "" if simplified else ins[4]  # (a simplified one's bias is refused: contrib_problem)
         if bias:
             partial = names("partial")
             nodes += [Node("Add", [ins[0], ins[1]], [partial], {}, name + "_skip"),
