@@ -82,8 +82,9 @@ def test_inputs_are_read_where_they_lie_or_converted_once(cache: str) -> None:
     one or one of another float type is converted into a buffer the module keeps for the next
     call. Every way gives the same outputs, bit for bit."""
     module = compile_model(MLP, cache_dir=cache, verbose=False)
-    (x,) = module.random_inputs(np.random.default_rng(5)).values()
+    ((name, x),) = module.random_inputs(np.random.default_rng(5)).items()
     (want,) = module.run([x])
+    assert module._inputs([x])[0] is x and module._inputs({name: x})[0] is x  # taken as they are
     for offset in (4, 16, 32):
         shifted = _misaligned(x, offset)
         assert shifted.ctypes.data % 64 == offset

@@ -385,13 +385,14 @@ class CompiledModule:
 
     def _inputs(self, inputs: Mapping[str, Any] | Sequence[Any] | None) -> list[np.ndarray]:
         """The arrays the entry point reads (``check_inputs``; random ones where none are given).
-        Inputs by name that are already C-contiguous arrays of the graph's types are taken on a
-        short path: right after a model run the interpreter's own data is out of the caches, and
-        every step costs (``bench/cpu_models/python_call``)."""
-        if type(inputs) is dict and len(inputs) == len(self._input_types):
+        Inputs (by name or in order) that are already C-contiguous arrays of the graph's types are
+        taken on a short path: right after a model run the interpreter's own data is out of the
+        caches, and every step costs (``bench/cpu_models/python_call``)."""
+        kind = type(inputs)
+        if kind in (dict, list, tuple) and len(inputs) == len(self._input_types):  # type: ignore[arg-type]
             arrays = []
-            for name, shape, dtype in self._input_types:
-                a = inputs.get(name)
+            for i, (name, shape, dtype) in enumerate(self._input_types):
+                a = inputs.get(name) if kind is dict else inputs[i]  # type: ignore[union-attr,index]
                 if (type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype
                         or not a.flags.c_contiguous):
                     break
