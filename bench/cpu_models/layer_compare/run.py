@@ -1,6 +1,6 @@
 """Layer by layer against onnxruntime: our module's per-call profile (each kernel call timed inside
 whole model runs) beside onnxruntime's per-node profile (``enable_profiling``, 2 threads), paired
-in execution order (onnxruntime's views, Reshape and Flatten, left out). For models whose nodes and
+in execution order (its views and its NCHWc layout changes left out). For models whose nodes and
 our calls pair one to one (the convolution networks: one call per convolution and its epilogue);
 check the labels of a pair before reading its times.
 
@@ -26,6 +26,7 @@ from records import TuningDatabase  # noqa: E402
 
 RUNS = 80
 WARM = 20  # onnxruntime runs left out of its medians
+SKIPPED = ("Reshape", "Flatten", "ReorderInput", "ReorderOutput")  # views and its NCHWc layout changes
 
 
 def onnxruntime_nodes(model_path: str, feeds: dict) -> list[dict]:
@@ -49,7 +50,7 @@ def onnxruntime_nodes(model_path: str, feeds: dict) -> list[dict]:
                 order.append((node, e["args"].get("op_name"), e["args"].get("output_type_shape")))
             seconds[node].append(e["dur"] * 1e-6)
     return [{"node": n, "op": op, "output": shape, "ms": float(np.median(seconds[n][WARM:])) * 1e3}
-            for n, op, shape in order if op not in ("Reshape", "Flatten")]
+            for n, op, shape in order if op not in SKIPPED]
 
 
 def main() -> None:
