@@ -6,7 +6,8 @@ specification; the tests check every one against onnxruntime itself.
 
 - ``Gelu(X)``: erf GELU; ``BiasGelu(A, B)``: GELU of A + B; ``FastGelu(X[, bias])``: the tanh
   approximation of GELU of X (+ bias); ``QuickGelu(X)``: X · sigmoid(alpha · X);
-- ``FusedMatMul(A, B)``: alpha · A @ B, either operand's last two axes swapped first (transA / transB);
+- ``FusedMatMul(A, B)``: alpha · A @ B, either operand's first axis moved among its last two
+  (transBatchA / transBatchB) and its last two axes swapped (transA / transB) first;
 - ``FusedConv(X, W[, B[, Z]])``: a convolution (+ Z) and its activation (Relu, Tanh, Sigmoid,
   LeakyRelu, Clip, HardSigmoid, with ``activation_params``);
 - ``SimplifiedLayerNormalization(X, scale)`` (which onnxruntime puts in the ONNX domain): RMS
@@ -15,8 +16,8 @@ specification; the tests check every one against onnxruntime itself.
   over the last axis; its fourth output is that sum. ``SkipSimplifiedLayerNormalization(input, skip,
   gamma)``: the same with RMS normalization.
 
-A form these do not cover (``transBatchA``, the mean and inverse-deviation outputs a training graph
-reads) is named in the import's error, as an unsupported operator is.
+A form these do not cover (the mean and inverse-deviation outputs a training graph reads) is named
+in the import's error, as an unsupported operator is.
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ def _quick_gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> lis
 
 def _fused_matmul(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
     nodes, operands = [], []
-    for k, flag in enumerate(("transA", "transB")):
-        v = n.input[k]
-        if a.get(flag, 0):
+    for k, side in enumerate("AB"):
+        v, batch, swap = n.input[k], int(a.get(f"transBatch{side}", 0)), int(a.get(f"trans{side}", 0))
+        if batch or swap:  # the operand as FusedMatMul reads it (ops.movement.operand_perm)
             t = names(f"t{k}")
-            nodes.append(Node("Transpose", [v], [t], {"_swap_last": True}, f"{name}_{flag}"))
+            nodes.append(Node("Transpose", [v], [t], {"_operand": [batch, swap]}, f"{name}_{side}"))
             v = t
         operands.append(v)
     alpha = float(a.get("alpha", 1.0))
@@ -178,8 +179,6 @@ def checkable(model: Any, opset: int) -> Any:
 
 def contrib_problem(n: Any, attrs: dict) -> str | None:
     """Why contrib node ``n`` cannot be imported (a form not covered), or None."""
-    if n.op_type == "FusedMatMul" and (attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0)):
-        return "transBatchA / transBatchB"
     if n.op_type.startswith("Skip") and any(o for o in list(n.output)[1:3]):
         return "its mean or inverse standard deviation output read"
     if n.op_type == "SimplifiedLayerNormalization" and any(o for o in list(n.output)[1:]):

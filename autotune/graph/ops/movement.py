@@ -41,11 +41,22 @@ def _kernel_value(node: Node, t: TensorType, consts: Consts) -> None:
 
 
 # --- Transpose / Concat -------------------------------------------------------------------------------
+def operand_perm(ndim: int, batch: bool, swap: bool) -> list[int]:
+    """How onnxruntime's FusedMatMul reads an operand of ``ndim`` axes: with ``batch``
+    (transBatchA/B, rank 3 or more) its first axis moved to just before its last, the axes between
+    becoming the batch axes; then with ``swap`` (transA/B) its last two axes swapped."""
+    perm = list(range(1, ndim - 1)) + [0, ndim - 1] if batch and ndim > 2 else list(range(ndim))
+    if swap and ndim >= 2:
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+    return perm
+
+
 def transpose_perm(node: Any, ndim: int) -> list[int]:
     """The node's permutation of ``ndim`` axes: ``perm``, reversed without it, or (internal attribute
-    ``_swap_last``, of imported contrib operators) the last two axes swapped."""
-    if node.attrs.get("_swap_last"):
-        return list(range(ndim - 2)) + [ndim - 1, ndim - 2] if ndim >= 2 else list(range(ndim))
+    ``_operand`` = [batch, swap], of imported FusedMatMul operands) ``operand_perm``."""
+    if "_operand" in node.attrs:
+        batch, swap = node.attrs["_operand"]
+        return operand_perm(ndim, bool(batch), bool(swap))
     perm = node.attrs.get("perm")
     perm = list(range(ndim))[::-1] if perm is None else [int(p) % max(ndim, 1) for p in perm]
     if sorted(perm) != list(range(ndim)):
