@@ -125,9 +125,22 @@ def test_fused_conv_matches_onnxruntime(activation: str, params: list, z: bool, 
     _matches_onnxruntime(_model([node], inputs, ["y"], consts, [1, 6, 5, 5]), cache)
 
 
+@pytest.mark.parametrize("activation,params,trans_b", [
+    ("Relu", {}, 0), ("Relu", {}, 1), ("LeakyRelu", {"activation_alpha": 0.1}, 1), ("Tanh", {}, 0),
+    ("HardSigmoid", {"activation_alpha": 0.2, "activation_beta": 0.5}, 0),
+])
+def test_fused_gemm_matches_onnxruntime(activation: str, params: dict, trans_b: int, cache: str) -> None:
+    rng = np.random.default_rng(3)
+    consts = {"w": rng.standard_normal((6, 9) if trans_b else (9, 6)) * 0.3, "c": rng.standard_normal(6)}
+    node = helper.make_node("FusedGemm", ["x", "w", "c"], ["y"], domain=MS, activation=activation,
+                            alpha=0.7, beta=1.5, transB=trans_b, **params)
+    _matches_onnxruntime(_model([node], {"x": [4, 9]}, ["y"], consts, [4, 6]), cache)
+
+
 @pytest.mark.parametrize("node,why", [
     (helper.make_node("SkipLayerNormalization", ["x", "x", "g"], ["y", "mean"], domain=MS), "mean"),
     (helper.make_node("FusedConv", ["x", "x"], ["y"], domain=MS, activation="Selu"), "Selu"),
+    (helper.make_node("FusedGemm", ["x", "x"], ["y"], domain=MS, activation="LeakyRelu"), "LeakyRelu"),
     (helper.make_node("EmbedLayerNormalization", ["x"], ["y"], domain=MS),
      "com.microsoft.EmbedLayerNormalization"),
 ])

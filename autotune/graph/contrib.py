@@ -9,7 +9,8 @@ specification; the tests check every one against onnxruntime itself.
 - ``FusedMatMul(A, B)``: alpha · A @ B, either operand's first axis moved among its last two
   (transBatchA / transBatchB) and its last two axes swapped (transA / transB) first;
 - ``FusedConv(X, W[, B[, Z]])``: a convolution (+ Z) and its activation (Relu, Tanh, Sigmoid,
-  LeakyRelu, Clip, HardSigmoid, with ``activation_params``);
+  LeakyRelu, Clip, HardSigmoid, with ``activation_params``); ``FusedGemm(A, B[, C])``: a Gemm and
+  its activation (the same but Clip, with ``activation_alpha`` / ``activation_beta``);
 - ``SimplifiedLayerNormalization(X, scale)`` (which onnxruntime puts in the ONNX domain): RMS
   normalization; its LayerNormalization in the ONNX domain below opset 17 is ONNX's of opset 17;
 - ``SkipLayerNormalization(input, skip, gamma[, beta[, bias]])``: layer norm of input + skip (+ bias)
@@ -112,22 +113,40 @@ CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides
 ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
 
 
+def _activation(act: str, params: list, x: str, out: str, name: str, names: Names,
+                consts: Consts) -> list[Node]:
+    """The activation of a fused convolution or GEMM (``params``: its alpha / beta, or Clip's
+    bounds)."""
+    if act == "Clip":
+        lo, hi = names("min"), names("max")
+        consts[lo], consts[hi] = np.array(params[0], np.float32), np.array(params[1], np.float32)
+        return [Node("Clip", [x, lo, hi], [out], {}, name)]
+    attrs = ({"alpha": params[0]} if act == "LeakyRelu" else
+             {"alpha": params[0], "beta": params[1]} if act == "HardSigmoid" else {})
+    return [Node(act, [x], [out], attrs, name)]
+
+
 def _fused_conv(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
-    ins = list(n.input)[:3]
-    act, params = a.get("activation", ""), list(a.get("activation_params", []))
     conv = names("conv")
-    nodes = [Node("Conv", ins, [conv], {k: a[k] for k in CONV_ATTRS if k in a}, name + "_conv")]
+    nodes = [Node("Conv", list(n.input)[:3], [conv], {k: a[k] for k in CONV_ATTRS if k in a}, name + "_conv")]
     if len(n.input) > 3 and n.input[3]:  # Z, added before the activation
         total = names("sum")
         nodes.append(Node("Add", [conv, n.input[3]], [total], {}, name + "_add"))
         conv = total
-    if act == "Clip":
-        lo, hi = names("min"), names("max")
-        consts[lo], consts[hi] = np.array(params[0], np.float32), np.array(params[1], np.float32)
-        return nodes + [Node("Clip", [conv, lo, hi], [n.output[0]], {}, name)]
-    attrs = ({"alpha": params[0]} if act == "LeakyRelu" else
-             {"alpha": params[0], "beta": params[1]} if act == "HardSigmoid" else {})
-    return nodes + [Node(act, [conv], [n.output[0]], attrs, name)]
+    params = list(a.get("activation_params", []))
+    return nodes + _activation(a.get("activation", ""), params, conv, n.output[0], name, names, consts)
+
+
+def _gemm_params(a: dict) -> list:
+    return [a[k] for k in ("activation_alpha", "activation_beta") if k in a]
+
+
+def _fused_gemm(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    gemm = names("gemm")
+    attrs = {k: a[k] for k in ("alpha", "beta", "transA", "transB") if k in a}
+    nodes = [Node("Gemm", list(n.input)[:3], [gemm], attrs, name + "_gemm")]
+    act = a.get("activation", "")
+    return nodes + _activation(act, _gemm_params(a), gemm, n.output[0], name, names, consts)
 
 
 EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
@@ -139,6 +158,7 @@ EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
     "SkipLayerNormalization": _skip_norm(simplified=False),
     "SkipSimplifiedLayerNormalization": _skip_norm(simplified=True),
     "FusedConv": _fused_conv,
+    "FusedGemm": _fused_gemm,
     "SimplifiedLayerNormalization": _simplified_norm,
 }
 
@@ -185,10 +205,12 @@ def contrib_problem(n: Any, attrs: dict) -> str | None:
         return "its inverse standard deviation output read"
     if n.op_type == "SkipSimplifiedLayerNormalization" and len(n.input) > 3 and n.input[3]:
         return "a bias input"
-    if n.op_type == "FusedConv":
-        act, params = attrs.get("activation", ""), list(attrs.get("activation_params", []))
+    if n.op_type in ("FusedConv", "FusedGemm"):
+        conv = n.op_type == "FusedConv"
+        act = attrs.get("activation", "")
+        params = list(attrs.get("activation_params", [])) if conv else _gemm_params(attrs)
         wanted = {"Clip": 2, "HardSigmoid": 2, "LeakyRelu": 1}.get(act, 0)
-        if act not in ACTIVATIONS or len(params) < wanted:
+        if act not in ACTIVATIONS or (act == "Clip" and not conv) or len(params) < wanted:
             return f"activation {act!r}" + (f" and parameters {params}" if act in ACTIVATIONS else "")
     return None
 

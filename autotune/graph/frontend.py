@@ -220,6 +220,8 @@ def from_onnx(
     taken = {v for n in g.node for v in (*n.input, *n.output)} | set(consts) | {vi.name for vi in g.input}
     for i, n in enumerate(g.node):
         if is_contrib(n):  # onnxruntime's fused operators, as the graph's own
+            if contrib_problem(n, _attrs(n)):
+                continue  # named in problems already
             added: dict[str, np.ndarray] = {}
             nodes += expand_contrib(n, n.name or f"{n.op_type}_{i}", _attrs(n), taken, added)
             for k, v in added.items():
