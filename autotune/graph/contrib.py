@@ -17,8 +17,9 @@ specification; the tests check every one against onnxruntime itself.
   over the last axis; its fourth output is that sum. ``SkipSimplifiedLayerNormalization(input, skip,
   gamma)``: the same with RMS normalization.
 
-A form these do not cover (the mean and inverse-deviation outputs a training graph reads) is named
-in the import's error, as an unsupported operator is.
+A form these do not cover (an activation not listed, a bias input of
+SkipSimplifiedLayerNormalization, the mean and inverse-deviation outputs a training graph reads) is
+named in the import's error, as an unsupported operator is.
 """
 
 from __future__ import annotations
