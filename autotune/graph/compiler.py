@@ -364,7 +364,10 @@ class CompiledModule:
         types = self.graph.types
         self._input_types = [(n, tuple(types[n].shape), np.dtype(numpy_dtype(types[n].dtype)))
                              for n in self.graph.inputs]
-        self._output_types = [(tuple(types[o].shape), np.dtype(types[o].dtype)) for o in self.graph.outputs]
+        # (shape, dtype, aligned): new outputs from SMALL_OUTPUT_BYTES on are 64-byte aligned
+        self._output_types = [(tuple(t.shape), np.dtype(t.dtype),
+                               math.prod(t.shape) * np.dtype(t.dtype).itemsize >= SMALL_OUTPUT_BYTES)
+                              for t in (types[o] for o in self.graph.outputs)]
 
     @property
     def input_names(self) -> list[str]:
@@ -404,8 +407,8 @@ class CompiledModule:
     def _outputs(self) -> list[np.ndarray]:
         """New output arrays: 64-byte aligned from ``SMALL_OUTPUT_BYTES`` on; a smaller one as numpy
         allocates it (the kernels store unaligned vectors; aligning it took 45 µs a call, cold)."""
-        return [np.empty(shape, dtype) if math.prod(shape) * dtype.itemsize < SMALL_OUTPUT_BYTES
-                else aligned_empty(shape, dtype) for shape, dtype in self._output_types]
+        return [aligned_empty(shape, dtype) if big else np.empty(shape, dtype)
+                for shape, dtype, big in self._output_types]
 
     def run(
         self, inputs: Mapping[str, Any] | Sequence[Any], outputs: Sequence[np.ndarray] | None = None

@@ -32,7 +32,7 @@ from .ir import Node
 
 DOMAIN = "com.microsoft"
 Consts = dict[str, np.ndarray]
-Names = Callable[[str], str]  # a fresh value name from a suffix
+Names = Callable[[str], str]  # a fresh value name from a base
 
 
 def _gelu(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
@@ -216,17 +216,7 @@ def contrib_problem(n: Any, attrs: dict) -> str | None:
     return None
 
 
-def expand_contrib(n: Any, name: str, attrs: dict, taken: set[str], consts: Consts) -> list[Node]:
-    """The graph nodes contrib node ``n`` is computed as; values it needs inside get names not in
-    ``taken`` (which they are added to), constants go into ``consts``."""
-
-    def names(suffix: str) -> str:
-        base, k = f"{name}/{suffix}", 0
-        v = base
-        while v in taken:
-            k += 1
-            v = f"{base}_{k}"
-        taken.add(v)
-        return v
-
-    return EXPANSIONS[n.op_type](n, name, attrs, names, consts)
+def expand_contrib(n: Any, name: str, attrs: dict, fresh: Names, consts: Consts) -> list[Node]:
+    """The graph nodes contrib node ``n`` is computed as; values it needs inside are named by
+    ``fresh`` (from a suffix after ``name``), constants go into ``consts``."""
+    return EXPANSIONS[n.op_type](n, name, attrs, lambda suffix: fresh(f"{name}/{suffix}"), consts)

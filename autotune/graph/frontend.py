@@ -7,7 +7,7 @@ and node name) and unsupported attribute value in one :class:`UnsupportedModelEr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -217,20 +217,22 @@ def from_onnx(
         if 0 in shape:  # it holds nothing: known at compile time, folded like a constant
             consts[vi.name] = np.zeros(shape, dtype)
     nodes = []
-    taken = {v for n in g.node for v in (*n.input, *n.output)} | set(consts) | {vi.name for vi in g.input}
+    fresh = _fresh_names({v for n in g.node for v in (*n.input, *n.output)} | set(consts)
+                         | {vi.name for vi in g.input})
     for i, n in enumerate(g.node):
         if is_contrib(n):  # onnxruntime's fused operators, as the graph's own
-            if contrib_problem(n, _attrs(n)):
+            attrs = _attrs(n)
+            if contrib_problem(n, attrs):
                 continue  # named in problems already
             added: dict[str, np.ndarray] = {}
-            nodes += expand_contrib(n, n.name or f"{n.op_type}_{i}", _attrs(n), taken, added)
+            nodes += expand_contrib(n, n.name or f"{n.op_type}_{i}", attrs, fresh, added)
             for k, v in added.items():
                 consts[k] = v
                 types[k] = TensorType(v.shape, str(v.dtype))
             continue
         node, held = _imported_node(n, n.name or f"{n.op_type}_{i}", opset)
         if held is not None:
-            node.inputs[2] = _unused_name(f"{node.name}_scales", consts, g)
+            node.inputs[2] = fresh(f"{node.name}_scales")
             consts[node.inputs[2]] = held
             types[node.inputs[2]] = TensorType(held.shape, str(held.dtype))
         if (n.op_type in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13) or (
@@ -264,14 +266,19 @@ def from_onnx(
     return eliminate_dead_code(graph)
 
 
-def _unused_name(base: str, consts: Mapping[str, Any], g: Any) -> str:
-    """``base``, or ``base`` with a number, naming no value of graph ``g`` nor a constant."""
-    taken = set(consts) | {v for n in g.node for v in (*n.input, *n.output)} | {vi.name for vi in g.input}
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
+def _fresh_names(taken: set[str]) -> Callable[[str], str]:
+    """A source of value names: ``base``, or ``base`` with a number, naming nothing in ``taken``
+    (the model's values and constants) nor any name it gave before."""
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
+
+    return fresh
 
 
 def _check_defined(nodes: list[Node], defined: set[str]) -> None:

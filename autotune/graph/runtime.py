@@ -344,11 +344,7 @@ class CpuExecutable:
         return (ctypes.c_void_p * len(ptrs))(*ptrs)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        table, i = self._io_table, 2
-        for a in (*inputs, *outputs):
-            table[i] = address(a)
-            i += 1
-        self.entry(table)
+        self.run_pointers([address(a) for a in (*inputs, *outputs)])
 
     def run_pointers(self, pointers: Sequence[int]) -> None:
         """The entry point on raw addresses of the inputs then the outputs (C-contiguous, of the
