@@ -16,7 +16,7 @@ from typing import IO, Any, Self
 import sqlite_utils
 
 from .errors import RecordsError
-from .jsonl import Batch, dump_lines, open_jsonl, parse_lines
+from .jsonl import Batch, dump_lines, open_jsonl, parse_lines, parse_module_pick
 from .owner import CLAIM_TTL_S, owner_alive
 from .record import (
     CONFIRM_LABEL,
@@ -190,6 +190,25 @@ class TuningDatabase:
         row = {"key": key, "kind": kind, "fingerprint": canonical_json(fingerprint)}
         with self._write():
             self.db.table("targets").upsert(row, pk="key")
+
+    def put_module_picks(self, picks: Iterable[dict[str, Any]]) -> int:
+        """Store the picks of one rerank (rows of ``module_picks``, see records/schema.py), each
+        replacing an older pick of its module, target and workload; return how many were stored."""
+        rows = [parse_module_pick(p) for p in picks]
+        with self._write():
+            return sum(self._put_pick(row) for row in rows)
+
+    def _put_pick(self, row: dict[str, Any]) -> bool:
+        """Upsert one pick unless the database holds a newer one of the same task in the same module."""
+        cur = self.db.execute(
+            "SELECT created_at FROM module_picks"
+            " WHERE module_key = ? AND target_key = ? AND workload_key = ?",
+            [row["module_key"], row["target_key"], row["workload_key"]],
+        ).fetchone()
+        if cur is not None and cur[0] >= row["created_at"]:
+            return False
+        self.db.table("module_picks").upsert(row, pk=("module_key", "target_key", "workload_key"))
+        return True
 
     def add_measurement(self, rec: MeasurementRecord) -> int:
         """Store one record durably and return its id."""
@@ -454,6 +473,30 @@ class TuningDatabase:
         """The ``k`` best verified, error-free configs of the pair (ranked as ``best``), best first."""
         return self._take(self._fastest(workload_key, target_key), k)
 
+    def config_record(self, workload_key: str, target_key: str, config_key: str) -> MeasurementRecord | None:
+        """The record that ranks the config (as ``best`` ranks configs); None if it has no verified,
+        error-free record."""
+        sql = self._PER_CONFIG.format(where="workload_key = ? AND target_key = ? AND config_key = ? AND")
+        return next(iter(self._take(self.db.query(sql, [workload_key, target_key, config_key] * 2), 1)),
+                    None)
+
+    def module_picks(self, module_key: str | None = None, target_key: str | None = None
+                     ) -> list[dict[str, Any]]:
+        """Stored module picks (all, or those of one module and target), unreadable rows skipped;
+        none in a file of a schema before module picks."""
+        if not self._has_table("module_picks"):
+            return []
+        where, args = _where(module_key=module_key, target_key=target_key)
+        out = []
+        for row in self.db.query(
+            f"SELECT * FROM module_picks{where} ORDER BY module_key, target_key, workload_key", args
+        ):
+            try:
+                out.append(parse_module_pick(row))
+            except ROW_ERRORS as exc:
+                self._skip("module_picks", f"{row.get('module_key')}/{row.get('workload_key')}", exc)
+        return out
+
     def best_per_workload(self, target_key: str | None = None) -> list[MeasurementRecord]:
         """The best record (as ``best``) of every (workload, target) pair, optionally for one target."""
         where = "target_key = ? AND" if target_key is not None else ""
@@ -533,7 +576,7 @@ class TuningDatabase:
     def export_jsonl(self, fp_or_path: PathLike | IO[str]) -> int:
         """Write everything as JSON lines (gzip-compressed to a path ending in ``.gz``); return the
         number of lines written."""
-        lines = dump_lines(self.workloads(), self.targets(), self._iter_measurements())
+        lines = dump_lines(self.workloads(), self.targets(), self._iter_measurements(), self.module_picks())
         if isinstance(fp_or_path, (str, Path)):
             with open_jsonl(fp_or_path, "w") as fh:
                 return _write_lines(fh, lines)
@@ -568,6 +611,7 @@ class TuningDatabase:
                 workloads=[(0, w) for w in src.workloads()],
                 targets=[(0, t) for t in src.targets()],
                 measurements=[(r.id or 0, r) for r in src.measurements()],
+                module_picks=[(0, p) for p in src.module_picks()],
             )
         except sqlite3.Error as exc:
             raise RecordsError(f"cannot read {other}: {exc}") from None
@@ -603,6 +647,8 @@ class TuningDatabase:
                 if dup is None:
                     self._insert_row(row, where=f"{where} {lineno}")
                     added += 1
+            for _, pick in batch.module_picks:  # the newer pick of a task in a module wins
+                self._put_pick(pick)
         return added
 
 

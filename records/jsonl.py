@@ -1,4 +1,4 @@
-"""JSON-lines encoding of workloads, targets and measurements."""
+"""JSON-lines encoding of workloads, targets, measurements and module picks."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ _MEASUREMENT_FIELDS = (
     "space_version",
     "created_at",
 )
+MODULE_PICK_KEYS = ("module_key", "target_key", "workload_key", "config_key", "best_config_key")
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Batch:
     workloads: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     targets: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     measurements: list[tuple[int, MeasurementRecord]] = field(default_factory=list)
+    module_picks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 def workload_line(w: Mapping[str, Any]) -> str:
@@ -53,6 +55,11 @@ def measurement_line(rec: MeasurementRecord) -> str:
     obj: dict[str, Any] = {name: getattr(rec, name) for name in _MEASUREMENT_FIELDS}
     obj["costs"] = [float(c) for c in rec.costs]
     return canonical_json({"type": "measurement", **obj})
+
+
+def module_pick_line(pick: Mapping[str, Any]) -> str:
+    """One ``"module_pick"`` line (no newline)."""
+    return canonical_json({"type": "module_pick", **pick})
 
 
 def _need(obj: Mapping[str, Any], name: str, types: type | tuple[type, ...]) -> Any:
@@ -90,6 +97,20 @@ def _parse_target(obj: Mapping[str, Any]) -> dict[str, Any]:
         "kind": _need(obj, "kind", str),
         "fingerprint": _need(obj, "fingerprint", dict),
     }
+
+
+def parse_module_pick(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A module_picks row from its JSON form (or a row read back), checked."""
+    out: dict[str, Any] = {name: _need(obj, name, str) for name in MODULE_PICK_KEYS}
+    for name in ("module_s", "best_module_s", "created_at"):
+        value = _need(obj, name, (int, float))
+        if not math.isfinite(value) or value < 0:
+            raise RecordsError(f"field {name!r} must be a finite number >= 0")
+        out[name] = float(value)
+    out["model"] = obj.get("model", "")
+    if not isinstance(out["model"], str):
+        raise RecordsError("field 'model' must be a string")
+    return out
 
 
 def _parse_measurement(obj: Mapping[str, Any]) -> MeasurementRecord:
@@ -154,6 +175,8 @@ def parse_lines(lines: Iterable[str], source: str) -> Batch:
                 batch.targets.append((lineno, _parse_target(obj)))
             elif kind == "measurement":
                 batch.measurements.append((lineno, _parse_measurement(obj)))
+            elif kind == "module_pick":
+                batch.module_picks.append((lineno, parse_module_pick(obj)))
             else:
                 raise RecordsError(f"unknown type {kind!r}")
         except (
@@ -168,11 +191,14 @@ def dump_lines(
     workloads: Iterable[Mapping[str, Any]],
     targets: Iterable[Mapping[str, Any]],
     measurements: Iterable[MeasurementRecord],
+    module_picks: Iterable[Mapping[str, Any]] = (),
 ) -> Iterator[str]:
-    """Yield newline-terminated lines: workloads, then targets, then measurements."""
+    """Yield newline-terminated lines: workloads, then targets, measurements and module picks."""
     for w in workloads:
         yield workload_line(w) + "\n"
     for t in targets:
         yield target_line(t) + "\n"
     for m in measurements:
         yield measurement_line(m) + "\n"
+    for p in module_picks:
+        yield module_pick_line(p) + "\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 from .errors import ForeignDatabaseError, RecordsError, SchemaVersionError
 from .views import NAMED_VIEWS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APP_ID = "autotune-records"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
-TABLES = ("meta", "workloads", "targets", "measurements", "claims", "quarantine")
+TABLES = ("meta", "workloads", "targets", "measurements", "claims", "quarantine", "module_picks")
 # Tables a reader needs; a schema-1 file (without claims and quarantine) can be read as it is.
 READ_TABLES = ("meta", "workloads", "targets", "measurements")
 # Views a reader needs; a file of an older schema lacks the named ones (schema 3) and is read as it is.
@@ -38,6 +38,23 @@ _DDL_2: tuple[str, ...] = (
         row TEXT NOT NULL,          -- every column of the row, as JSON (text columns verbatim)
         reason TEXT NOT NULL,
         moved_at REAL NOT NULL
+    )""",
+)
+
+# Schema 5: module_picks, the record each task of a compiled model takes when its runner-ups were
+# timed inside that model (autotune/graph/rerank.py); compile takes a pick while the task's best is unchanged.
+_DDL_5: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS module_picks (
+        module_key TEXT NOT NULL,       -- sha256 of the module's calls (their workload keys, in order)
+        target_key TEXT NOT NULL,
+        workload_key TEXT NOT NULL,
+        config_key TEXT NOT NULL,       -- the config the task takes in this module
+        best_config_key TEXT NOT NULL,  -- the task's best config (isolated timing) when it was picked
+        module_s REAL NOT NULL,         -- the task's calls in the module with config_key (median seconds)
+        best_module_s REAL NOT NULL,    -- ... with best_config_key
+        model TEXT NOT NULL DEFAULT '', -- the model's name, for people
+        created_at REAL NOT NULL,
+        PRIMARY KEY (module_key, target_key, workload_key)
     )""",
 )
 
@@ -90,7 +107,7 @@ DDL: tuple[str, ...] = (
             FROM measurements AS m
             WHERE error_kind IS NULL AND verified = 1 AND mean_s IS NOT NULL
         ) WHERE rank_ = 1""",
-) + _DDL_2 + tuple(NAMED_VIEWS.values())
+) + _DDL_2 + tuple(NAMED_VIEWS.values()) + _DDL_5
 
 # version -> the statements that bring a file of that version to the next one. Schema 3: views that
 # carry names (records/views.py), for sqlite-utils and Datasette.
@@ -99,6 +116,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: tuple(NAMED_VIEWS.values()),
     # schema 4: a config with a wrong answer or a crash in any record is never the best one
     3: ("DROP VIEW IF EXISTS best_configs", NAMED_VIEWS["best_configs"]),
+    4: _DDL_5,
 }
 
 

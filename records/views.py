@@ -103,6 +103,9 @@ DESCRIPTIONS: dict[str, str] = {
     "re-measurement of a finalist.",
     "claims": "Configs a live tuner is measuring now (tuners sharing a database skip them).",
     "quarantine": "Rows that could not be read, moved aside by `autotune db repair` with every column kept.",
+    "module_picks": "The record each task of a compiled model takes, chosen by timing its best records "
+    "inside that model at the end of `tune.py --model`; compile takes a pick while best_config_key is "
+    "still the task's best.",
     "best_measurements": "The fastest single record of each workload and target (compile ranks by the "
     "median instead: see best_configs).",
     "target_names": "Each target with a readable name: kind and hardware.",

@@ -445,7 +445,7 @@ def test_sqlite_utils_cli_reads_the_file(db: TuningDatabase) -> None:
         check=True,
     )
     names = {t["table"] for t in json.loads(tables.stdout)}
-    assert names == {"meta", "workloads", "targets", "measurements", "claims", "quarantine"}
+    assert names == {"meta", "workloads", "targets", "measurements", "claims", "quarantine", "module_picks"}
     rows = subprocess.run(
         [*cli, "rows", str(db.path), "measurements"],
         capture_output=True,
@@ -621,3 +621,61 @@ def test_readonly_open_cannot_write(tmp_path: Path) -> None:
             d.add_measurement(rec({"tile": 9}))
     with pytest.raises(RecordsError, match="does not exist"):
         TuningDatabase(tmp_path / "none.db", readonly=True)
+
+
+# -- module picks ---------------------------------------------------------------
+
+
+def pick(workload: str = W1, config: str = "c2", best: str = "c1", at: float = 100.0, **kw) -> dict:
+    return {"module_key": "m" * 64, "target_key": T1, "workload_key": workload, "config_key": config,
+            "best_config_key": best, "module_s": 1e-4, "best_module_s": 2e-4, "model": "net",
+            "created_at": at, **kw}
+
+
+def test_module_picks_keep_the_newer_pick_of_each_task(db: TuningDatabase) -> None:
+    assert db.put_module_picks([pick(), pick(W2, "d2", "d1")]) == 2
+    assert db.put_module_picks([pick(config="old", at=50.0), pick(W2, "new", "d1", at=150.0)]) == 1
+    got = {p["workload_key"]: p["config_key"] for p in db.module_picks("m" * 64, T1)}
+    assert got == {W1: "c2", W2: "new"}
+    assert db.module_picks("x" * 64, T1) == [] and len(db.module_picks()) == 2
+    with pytest.raises(RecordsError, match="module_s"):
+        db.put_module_picks([pick(module_s=float("nan"))])
+    with pytest.raises(RecordsError, match="best_config_key"):
+        db.put_module_picks([{k: v for k, v in pick().items() if k != "best_config_key"}])
+
+
+def test_module_picks_travel_with_export_import_and_merge(tmp_path: Path, db: TuningDatabase) -> None:
+    db.add_measurements([rec({"tile": 1}, (0.2,))])
+    db.put_module_picks([pick(), pick(W2, "d2", "d1")])
+    db.export_jsonl(tmp_path / "out.jsonl.gz")
+    with TuningDatabase(tmp_path / "b.db") as b:
+        b.import_jsonl(tmp_path / "out.jsonl.gz")
+        assert b.module_picks() == db.module_picks()
+    with TuningDatabase(tmp_path / "c.db") as c:
+        c.put_module_picks([pick(config="newer", at=200.0)])
+        assert c.merge(db.path) == 1
+        assert {p["workload_key"]: p["config_key"] for p in c.module_picks()} == {W1: "newer", W2: "d2"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"type": "module_pick", **pick(module_s="fast")}) + "\n")
+    with pytest.raises(RecordsError, match=r"bad.jsonl: line 1: field 'module_s'"):
+        db.import_jsonl(bad)
+
+
+def test_a_schema_4_file_gets_module_picks_on_write_and_reads_without(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    with TuningDatabase(path) as d:
+        d.add_workload(W1, "m", {"op": "matmul"}, 1.0)
+        d.add_target(T1, "cpu", {"isa": ["avx2"]})
+        d.add_measurements([rec({"tile": 1}, (0.1,))])
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TABLE module_picks")
+    raw.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+    with TuningDatabase(path, readonly=True) as d:
+        assert d.module_picks() == [] and d.best(W1, T1).config == {"tile": 1}
+    with TuningDatabase(path) as d:
+        d.put_module_picks([pick()])
+        assert len(d.module_picks()) == 1
+    meta = dict(sqlite3.connect(path).execute("SELECT key, value FROM meta"))
+    assert meta["schema_version"] == str(SCHEMA_VERSION)

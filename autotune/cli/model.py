@@ -32,6 +32,7 @@ from .limits import check_graph, check_workload
 from .output import emit_json
 
 DEFAULT_MODEL_TRIALS = 200
+TUNE_RERANK = 4  # tune.py --model: each task's best records timed inside the module at the end
 QUIET_GAP_S = 0.2  # idle time before each timed block of bench.py --model (CPU)
 
 
@@ -97,15 +98,26 @@ def winograd_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def add_rerank_arg(p: argparse.ArgumentParser) -> None:
-    """--rerank (compile.py, bench.py)."""
+def add_rerank_arg(p: argparse.ArgumentParser, tuning: bool = False) -> None:
+    """--rerank (tune.py: stored picks; compile.py, bench.py: timed at every compile)."""
+    if tuning:
+        p.add_argument(
+            "--rerank",
+            type=int_in(1),
+            default=TUNE_RERANK,
+            metavar="K",
+            help="CPU models: at the end, time each subgraph's K best records inside the compiled "
+            "module and store in the DB which one it takes there; compile.py takes those picks while "
+            f"they hold (default {TUNE_RERANK}; 1: off)",
+        )
+        return
     p.add_argument(
         "--rerank",
         type=int_in(1),
         default=1,
         metavar="K",
         help="CPU models: each subgraph takes the fastest of its K best records timed inside the "
-        "compiled module, not its best isolated one (default 1: off)",
+        "compiled module now, not its best isolated one or the pick tune.py stored (default 1: off)",
     )
 
 
@@ -222,15 +234,38 @@ def run_model_tuning(args: argparse.Namespace) -> int:
                       flush=True)
                 summary = tune_model(prepared, target, db, trials, options, builder, runner,
                                      make_measurer=make)
+                chosen = prepared[0]
                 if len(prepared) > 1:  # alternatives (layouts, convolution forms): the one compile takes
                     chosen = chosen_form(model, target, db, args)
                     summary.estimated_s = estimated_latency(chosen.tasks, target, db)
+                if getattr(args, "rerank", 1) > 1 and cluster is None and target.backend.profiles_modules:
+                    summary.module_picks = _store_picks(chosen, target, db, args.rerank)
                 outs.append(_report_model_tuning(args, target, summary))
         finally:
             db.close()
     if args.json:  # one JSON document: the target's summary, or every target's
         emit_json(outs[0] if len(outs) == 1 else {"targets": outs, "db": args.db})
     return 0
+
+
+def _store_picks(prepared: Prepared, target: Any, db: Any, k: int) -> dict:
+    """The rerank at the end of a model tuning run (graph/rerank.py), unless the stored picks
+    still hold; printed, and returned for the JSON summary."""
+    from ..graph.rerank import picks_hold, store_picks
+
+    if picks_hold(prepared, target, db, k):
+        print(f"{prepared.graph.name}: module picks: those stored still hold", flush=True)
+        return {"k": k, "reranked": False}
+    done = store_picks(prepared, target, db, k)
+    whole = ""
+    if done.module_s is not None:
+        base, picked = (s * 1e3 for s in done.module_s)
+        whole = (f" (the module: {picked:.3f} against {base:.3f} ms with every best record"
+                 + ("" if done.changed else ", too little to keep them") + ")")
+    print(f"{prepared.graph.name}: module picks: {len(done.rows)} tasks' {k} best records timed inside the "
+          f"module, {len(done.changed)} take a runner-up there{whole}, {done.seconds:.1f} s", flush=True)
+    return {"k": k, "reranked": True, "tasks": len(done.rows), "runner_ups": done.changed,
+            "module_s": done.module_s, "seconds": round(done.seconds, 2)}
 
 
 def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel, list]:

@@ -91,9 +91,10 @@ def build_parser(prog: str = "tune.py") -> argparse.ArgumentParser:
                    help="print one JSON summary object on stdout (every other line goes to stderr)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_output_args(p)
-    from .model import add_model_args
+    from .model import add_model_args, add_rerank_arg
 
     add_model_args(p)
+    add_rerank_arg(p, tuning=True)
     return p
 
 

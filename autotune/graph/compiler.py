@@ -308,6 +308,7 @@ class CompileSummary:
     estimated_s: float | None
     seconds: dict = field(default_factory=dict)
     reranked: list[str] = field(default_factory=list)  # tasks whose in-module timing picked a runner-up
+    picked: list[str] = field(default_factory=list)  # tasks that took the runner-up stored for this module
     winograd: dict[str, int] = field(default_factory=dict)  # conv -> m of the Winograd convolutions
 
     def line(self) -> str:
@@ -318,6 +319,8 @@ class CompileSummary:
             f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
             f"arena {self.arena_bytes / 2**20:.2f} MiB vs {self.naive_bytes / 2**20:.2f} MiB unshared"
             + (f"; {len(self.reranked)} took a runner-up, faster in the module" if self.reranked else "")
+            + (f"; {len(self.picked)} took the runner-up stored as faster in this module" if self.picked
+               else "")
             + (f"; Winograd: {wg}" if wg else "")
         )
 
@@ -335,6 +338,7 @@ class CompileSummary:
             "estimated_s": self.estimated_s,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "reranked": self.reranked,
+            "picked": self.picked,
             "winograd": self.winograd,
         }
 
@@ -532,7 +536,9 @@ def compile_model(
     ``layout``: NHWC, NCHW or auto (the one with the lower estimated latency from ``db``).
     ``cache_dir``: where built objects and libraries are kept (default ~/.cache/autotune/modules).
     ``rerank`` k > 1 (CPU): each task takes the fastest of its k best records timed inside the
-    module rather than its best isolated one (see ``_rerank``; a few seconds per variant).
+    module rather than its best isolated one (``rerank.rerank_in_module``; a few seconds per variant);
+    1: each task takes the pick that tuning stored for this module in ``db`` where it still holds
+    (``rerank.apply_picks``), else its best record.
     ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
     F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_winograd``; tune with the
     same sizes); None: the target kind's default (``winograd.DEFAULT_SIZES``), 0 or (): direct.
@@ -557,8 +563,15 @@ def compile_model(
         choices.append(dataclasses.replace(by_key[task.key], task=task))
     backend = make_backend(target, workers=workers, cache_dir=cache_dir)
     reranked: list[str] = []
-    if rerank > 1 and db is not None and target.backend.profiles_modules:
-        choices, reranked = _rerank(prepared, choices, target, db, backend, rerank)
+    picked: list[str] = []
+    if db is not None and target.backend.profiles_modules:
+        from .rerank import apply_picks, rerank_in_module
+
+        if rerank > 1:
+            done = rerank_in_module(prepared, choices, target, db, backend, rerank)
+            choices, reranked = done.choices, done.changed
+        else:
+            choices, picked = apply_picks(prepared, choices, target, db)
     t2 = time.perf_counter()
     built = _build(prepared, choices, backend)
     t3 = time.perf_counter()
@@ -579,6 +592,7 @@ def compile_model(
         estimated_s=est,
         seconds={"passes": t1 - t0, "schedules": t2 - t1, "build": t3 - t2},
         reranked=reranked,
+        picked=picked,
         winograd=dict(prepared.winograd_convs),
     )
     if verbose:
@@ -625,41 +639,3 @@ def _build(prepared: Prepared, choices: Sequence[KernelChoice], backend: Any) ->
     lib = backend.build(entry, list(kernels.values()), calls, call_kernels, graph, plan)
     return _Built(entry, list(kernels.values()), calls, call_kernels, graph, plan,
                   backend.load(lib, entry, graph, plan))
-
-
-def _rerank(prepared: Prepared, choices: list[KernelChoice], target: Target, db: TuningDatabase,
-            backend: Any, k: int, rounds: int = 3, repeat: int = 10) -> tuple[list[KernelChoice], list[str]]:
-    """Per task, the fastest of its ``k`` best records *inside the module*: variant j of the module
-    uses every task's j-th record (its best where it has fewer), each variant is profiled call by
-    call in ``rounds`` interleaved rounds, and a task keeps the record whose calls took the least
-    (median over rounds). Isolated tuning times can mislead: a kernel runs after other kernels, on
-    their outputs. Returns the new choices and the labels of the tasks that changed."""
-    alts: dict[str, list[KernelChoice]] = {}
-    for c in choices:
-        if c.task.key not in alts:
-            alts[c.task.key] = [c] + (runner_up_schedules(c.task, target, db, k) if c.tuned else [])
-    depth = max(len(a) for a in alts.values())
-    if depth < 2:
-        return choices, []
-    times: dict[tuple[str, int], list[float]] = {}
-    types = prepared.graph.types
-    arrays = check_inputs(prepared.graph, random_inputs(prepared.graph, np.random.default_rng(0)))
-    outs = [aligned_empty(types[o].shape, types[o].dtype) for o in prepared.graph.outputs]
-    for _ in range(rounds):
-        for j in range(depth):
-            variant = [dataclasses.replace(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], task=c.task)
-                       for c in choices]
-            built = _build(prepared, variant, backend)
-            med = np.median(built.executable.profile(arrays, outs, repeat, len(prepared.calls)), axis=0)
-            per_task: dict[str, float] = {}
-            for i, call in enumerate(prepared.calls):
-                key = choices[call.task].task.key
-                per_task[key] = per_task.get(key, 0.0) + float(med[i])
-            for key, s in per_task.items():
-                if j < len(alts[key]):
-                    times.setdefault((key, j), []).append(s)
-    pick = {key: min(range(len(a)), key=lambda j, key=key: float(np.median(times[(key, j)])))
-            for key, a in alts.items()}
-    new = [dataclasses.replace(alts[c.task.key][pick[c.task.key]], task=c.task) for c in choices]
-    changed = sorted({c.task.label for c in choices if pick[c.task.key] != 0})
-    return new, changed

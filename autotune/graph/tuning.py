@@ -54,6 +54,7 @@ class ModelTuneSummary:
     seconds: dict = field(default_factory=dict)  # render / build / run / search_and_db of the run
     runner_busy: float = 0.0  # fraction of the wall time the runners were running kernels
     tasks_in_flight: int = 1  # most tasks whose batches were being measured at once (a cluster's)
+    module_picks: dict | None = None  # the rerank at the end of the run (cli/model.py), if one ran
 
     def task_json(self, mt: ModelTask) -> dict:
         base = (
@@ -89,6 +90,7 @@ class ModelTuneSummary:
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "runner_busy": round(self.runner_busy, 3),
             "tasks_in_flight": self.tasks_in_flight,
+            "module_picks": self.module_picks,
             "tasks": rows,
         }
 
