@@ -47,6 +47,7 @@ class DatabaseSummary:
     pairs: list[PairSummary] = field(default_factory=list)
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     skipped_rows: int = 0  # unreadable rows the reads skipped
+    module_picks: list[dict[str, Any]] = field(default_factory=list)  # per module and target: counts
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,6 +94,15 @@ def summarize_database(db: TuningDatabase) -> DatabaseSummary:
             "AND config_key = ? AND error_kind IS NULL",
             [rec.workload_key, rec.target_key, config_key(rec.config)]).fetchone()[0]
     out.pairs = sorted(pairs.values(), key=lambda p: (p.target, p.workload))
+    modules: dict[tuple[str, str], dict[str, Any]] = {}
+    for pick in db.module_picks():
+        m = modules.setdefault((pick["module_key"], pick["target_key"]), {
+            "model": pick["model"], "module_key": pick["module_key"],
+            "target": names.get(pick["target_key"], f"(unknown {pick['target_key'][:12]})"),
+            "tasks": 0, "runner_ups": 0})
+        m["tasks"] += 1
+        m["runner_ups"] += pick["config_key"] != pick["best_config_key"]
+    out.module_picks = list(modules.values())
     out.skipped_rows = len(db.skipped)
     return out
 
@@ -119,6 +129,10 @@ def summary_lines(s: DatabaseSummary) -> list[str]:
     for r in [head, *body]:
         lines.append("  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
                                       for i, (c, w) in enumerate(zip(r, widths))))
+    lines.append("module picks (the record each task takes inside a model, chosen at the end of tune.py "
+                 "--model):" + ("" if s.module_picks else " none"))
+    lines += [f"  {m['model']} [{m['module_key'][:12]}] on {m['target']}: {m['tasks']} tasks compared, "
+              f"{m['runner_ups']} take a runner-up" for m in s.module_picks]
     lines.append("errors by kind:" + ("" if s.errors_by_kind else " none"))
     lines += [f"  {kind}: {n}" for kind, n in sorted(s.errors_by_kind.items(), key=lambda kv: -kv[1])]
     return lines

@@ -638,6 +638,11 @@ def test_module_picks_keep_the_newer_pick_of_each_task(db: TuningDatabase) -> No
     got = {p["workload_key"]: p["config_key"] for p in db.module_picks("m" * 64, T1)}
     assert got == {W1: "c2", W2: "new"}
     assert db.module_picks("x" * 64, T1) == [] and len(db.module_picks()) == 2
+    from records.summary import summarize_database, summary_lines
+
+    lines = summary_lines(summarize_database(db))
+    assert any(line.startswith("  net [mmmmmmmmmmmm] on cpu")
+               and line.endswith("2 tasks compared, 2 take a runner-up") for line in lines)
     with pytest.raises(RecordsError, match="module_s"):
         db.put_module_picks([pick(module_s=float("nan"))])
     with pytest.raises(RecordsError, match="best_config_key"):

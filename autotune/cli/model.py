@@ -259,8 +259,9 @@ def _store_picks(prepared: Prepared, target: Any, db: Any, k: int) -> dict:
     done = store_picks(prepared, target, db, k)
     whole = ""
     if done.module_s is not None:
-        base, picked = (s * 1e3 for s in done.module_s)
-        whole = (f" (the module: {picked:.3f} against {base:.3f} ms with every best record"
+        base, picked, ratio = done.module_s
+        whole = (f" (the module: {picked * 1e3:.3f} against {base * 1e3:.3f} ms with every best record, "
+                 f"{ratio:.3f} of its time round by round"
                  + ("" if done.changed else ", too little to keep them") + ")")
     print(f"{prepared.graph.name}: module picks: {len(done.rows)} tasks' {k} best records timed inside the "
           f"module, {len(done.changed)} take a runner-up there{whole}, {done.seconds:.1f} s", flush=True)

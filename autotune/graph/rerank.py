@@ -56,7 +56,9 @@ class Reranked:
     changed: list[str]
     rows: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
-    module_s: tuple[float, float] | None = None  # the whole module: best records, runner-ups taken
+    # the whole module: seconds with the best records, with the runner-ups, and the median over
+    # rounds of the second over the first (what decides: robust to the host changing speed)
+    module_s: tuple[float, float, float] | None = None
 
 
 def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Target, db: TuningDatabase,
@@ -102,7 +104,7 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
     if any(pick.values()):
         new = [dataclasses.replace(alts[c.task.key][pick[c.task.key]], task=c.task) for c in choices]
         whole = _whole_module_s(prepared, [choices, new], backend, arrays, outs)
-        if whole[1] > (1 - MODULE_MARGIN) * whole[0]:
+        if whole[2] > 1 - MODULE_MARGIN:
             pick = dict.fromkeys(pick, 0)
     rows: list[dict[str, Any]] = []
     now = time.time()
@@ -122,16 +124,17 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
 
 
 def _whole_module_s(prepared: Prepared, variants: list[list[KernelChoice]], backend: Any,
-                    arrays: list[np.ndarray], outs: list[np.ndarray], rounds: int = 10, repeat: int = 10
-                    ) -> tuple[float, ...]:
-    """Median seconds of a whole run of each variant of the module, timed in interleaved rounds."""
+                    arrays: list[np.ndarray], outs: list[np.ndarray], rounds: int = 12, repeat: int = 10
+                    ) -> tuple[float, float, float]:
+    """Median seconds of a whole run of two variants of the module, timed in interleaved rounds,
+    and the median over rounds of the second's time over the first's."""
     runs = [_build(prepared, v, backend).executable for v in variants]
-    times: list[list[float]] = [[] for _ in runs]
+    times: list[list[float]] = [[], []]
     for r in range(rounds):
-        order = range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))
-        for i in order:
+        for i in (0, 1) if r % 2 == 0 else (1, 0):
             times[i].append(float(np.median(runs[i].time(arrays, outs, repeat, 0.0))))
-    return tuple(float(np.median(t)) for t in times)
+    ratio = float(np.median([b / a for a, b in zip(*times)]))
+    return float(np.median(times[0])), float(np.median(times[1])), ratio
 
 
 def picks_hold(prepared: Prepared, target: Target, db: TuningDatabase, k: int) -> bool:
