@@ -23,7 +23,12 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
   reduction without reuse (softmax's row max, layernorm's mean, pooling) optionally vectorizes its
   innermost spatial axis under the reduction loops (knob ``vector_reduce`` 1: lanes across rows)
   or its innermost reduction axis (``vector_reduce`` 2: lanes along the row, each accumulating
-  its own share, combined at the end of the row).
+  its own share, combined at the end of the row);
+- row reductions feeding one elementwise output over the same leading axes (softmax, layernorm)
+  can be computed row by row inside the output's parallel row loop (knob ``row_fused``): one
+  parallel loop, each row's data in L1 while all its stages run, and an elementwise stage that
+  several of them read (softmax's exponentials) kept as a row buffer, computed once instead of
+  inlined into each reader.
 """
 
 from __future__ import annotations
@@ -181,6 +186,15 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     return steps
 
 
+def _row_vector_steps(stage: Stage, lanes: int, prefix: int) -> list[Step]:
+    """A stage's last axis, past its ``prefix`` row axes, in vectors (the last one shifted back to
+    end at the extent where the extent is not whole vectors)."""
+    if len(stage.axes) <= prefix or stage.tensor.shape[-1] < lanes:
+        return []
+    last, ext = stage.axes[-1].name, stage.tensor.shape[-1]
+    return [SplitStep(stage.name, last, lanes, overlap=ext % lanes != 0), vectorize(stage.name, f"{last}.1")]
+
+
 class CpuSketch(Sketch):
     """CPU rules on top of the shared analysis; turns configs into steps."""
 
@@ -204,6 +218,8 @@ class CpuSketch(Sketch):
                 knobs.append(ChoiceKnob("vector_reduce", (1, 0) + ((2,) if along else ())))
             if self.coefficient_axes:
                 knobs.append(ChoiceKnob("unroll_coefficients", (1, 0)))
+            if self._row_fusable():
+                knobs.append(ChoiceKnob("row_fused", (1, 0), before=0))
         constraints = []
         if self.mode in ("cache_write", "epilogue"):
             knobs += [SplitKnob(f"tile_{a}", e, 4) for a, e in zip(self.axes, self.tile_extents)]
@@ -230,6 +246,52 @@ class CpuSketch(Sketch):
                 return CpuSketch(self.workload, self.target, pad=False).space()
         return SearchSpace(f"cpu/{self.mode}/{self.workload.name}", knobs, self.steps, constraints,
                            rules=self._defaults, unpadded=unpadded)
+
+    # --- row by row (softmax, layernorm) --------------------------------------------------------
+    def _row_fusable(self) -> bool:
+        """A rowwise plan (see Sketch._plan_rowwise) whose output is elementwise, with rows enough
+        for every core."""
+        if self.mode != "rowwise" or self.row_cache_write is not None:
+            return False
+        out = self.sch.stage(self.row_out)
+        return self.row_prefix >= 1 and math.prod(out.tensor.shape[: self.row_prefix]) >= self.cores
+
+    def _row_kept(self) -> list[str]:
+        """Always-inlined stages of the output's shape that several stages read: kept as a row."""
+        shape = self.sch.stage(self.row_out).tensor.shape
+        readers: dict[str, int] = {}
+        for st in self.sch.stages:
+            for t in {t.name for t in st.reads() if not t.is_placeholder}:
+                readers[t] = readers.get(t, 0) + 1
+        return [n for n in self.inline_always
+                if readers.get(n, 0) > 1 and self.sch.stage(n).tensor.shape == shape]
+
+    def _row_fused_steps(self, c: Config, rooted: list[str]) -> list[Step]:
+        """The output's leading (row) axes fused into one parallel loop; the row reductions and the
+        kept stages computed at it, each row vectorized along its last axis."""
+        kept = self._row_kept()
+        steps: list[Step] = [ComputeInlineStep(n) for n in self.inline_always if n not in kept]
+        for n in self.inline_knob:
+            steps += [ComputeInlineStep(n)] if n not in rooted else _root_steps(self.sch.stage(n), self.lanes)
+        out = self.sch.stage(self.row_out)
+        rows = [a.name for a in out.axes[: self.row_prefix]]
+        row = "@".join(rows)
+        steps += _row_vector_steps(out, self.lanes, self.row_prefix)
+        steps += [FuseStep(out.name, tuple(rows))] if len(rows) > 1 else []
+        steps.append(parallel(out.name, row))
+        inner = set(self.row_reductions) | set(kept)
+        for st in reversed(self.sch.stages):  # consumers before producers
+            if st.name not in inner:
+                continue
+            steps.append(ComputeAtStep(st.name, out.name, row))
+            if st.is_reduction:
+                if c.get("vector_reduce", 0) and _row_reducible(st, self.lanes):
+                    r = st.reduce_axes[-1]
+                    steps += ([SplitStep(st.name, r.name, self.lanes), vectorize(st.name, f"{r.name}.1")]
+                              if r.extent % self.lanes == 0 else [vectorize(st.name, r.name)])
+            else:
+                steps += _row_vector_steps(st, self.lanes, self.row_prefix)
+        return steps
 
     def _defaults(self, space: SearchSpace) -> Iterator[Config]:
         return cpu_defaults(self, space)
@@ -293,6 +355,8 @@ class CpuSketch(Sketch):
                 steps.append(ComputeInlineStep(n))
             else:
                 rooted.append(n)
+        if self.mode == "rowwise" and c.get("row_fused", 0):
+            return self._row_fused_steps(c, rooted)
         if self.mode not in ("cache_write", "epilogue"):  # simple, and rowwise (a GPU-only plan)
             for st in self.sch.stages:
                 if st.name not in self.inline_always and st.name not in self.inline_knob or st.name in rooted:

@@ -165,6 +165,8 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
         choices = _choices(space, "vector_reduce")
         base["vector_reduce"] = _vector_reduce(sk, choices)
         base["unroll_coefficients"] = 1
+        if 1 in _choices(space, "row_fused"):
+            base["row_fused"] = 1  # row by row: one parallel loop, a row's data in L1 throughout
         yield base
         return
     n = len(sk.axes)

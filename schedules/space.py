@@ -68,10 +68,12 @@ class SplitKnob:
 
 @dataclass(frozen=True)
 class ChoiceKnob:
-    """One of a few values."""
+    """One of a few values; ``before``: the value a config recorded before the knob existed stands
+    for (what the code did then), None where there is none."""
 
     name: str
     choices: tuple
+    before: object = None
 
     @property
     def options(self) -> tuple:
@@ -217,9 +219,17 @@ class SearchSpace:
             del i
         return out
 
+    def completed(self, config: Config) -> Config:
+        """A recorded config with the knobs added since it was recorded set to what the code did
+        then (``ChoiceKnob.before``); knobs without such a value are left missing."""
+        missing = {k.name: k.before for k in self.knobs if k.name not in config
+                   and isinstance(k, ChoiceKnob) and k.before is not None}
+        return {**config, **missing} if missing else config
+
     def encode(self, config: Config) -> np.ndarray:
         """A fixed-length numeric vector of a config (knob values, log2 for tile sizes)."""
         parts: list[float] = []
+        config = self.completed(config)
         for k in self.knobs:
             v = config[k.name]
             parts += k.encode(tuple(v) if isinstance(v, list) else v)

@@ -101,9 +101,9 @@ def test_store_picks_times_the_module_and_the_picks_then_hold(tmp_path: Path, ca
         assert not picks_hold(prepared, target, db, 3)
         done = store_picks(prepared, target, db, 3, cache_dir=cache)
         rows = db.module_picks(module_key(prepared), target.key)
-        # one row per task with runner-ups (the softmax's space has a single config)
+        # one row per task with runner-ups (the three products at least)
         assert {r["workload_key"] for r in rows} == {k for k, c in configs.items() if len(c) > 1}
-        assert len(rows) == 3
+        assert len(rows) >= 3
         for r in rows:
             best = configs[r["workload_key"]]
             assert r["best_config_key"] == config_key(best[0])

@@ -39,6 +39,8 @@ from .runtime import check_inputs, make_backend
 MARGIN = 0.03  # a runner-up replaces the best only when its calls take this much less in the module
 MODULE_MARGIN = 0.01  # and the module with every such runner-up must run this much faster as a whole
 CHECKS = 3  # whole-module checks at most: all the runner-ups, the better half, its better half
+PROFILE_S = 0.3  # about this long per profile of a variant (runs of the module, each call timed)
+CHECK_S = 0.1  # and per block of runs of one variant in a whole-module check
 
 
 def module_key(prepared: Prepared) -> str:
@@ -86,6 +88,9 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
     types = prepared.graph.types
     arrays = check_inputs(prepared.graph, random_inputs(prepared.graph, np.random.default_rng(0)))
     outs = [aligned_empty(types[o].shape, types[o].dtype) for o in prepared.graph.outputs]
+    # fewer runs per profile for a model that runs long (ViT-B/16: 0.18 s a run), at least three
+    one_run = float(np.median(_build(prepared, choices, backend).executable.time(arrays, outs, 3, 0.0)))
+    repeat = max(3, min(repeat, int(PROFILE_S / one_run)))
     for _ in range(rounds):
         for j in range(depth):
             variant = [dataclasses.replace(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], task=c.task)
@@ -114,7 +119,8 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
             break
         trial = {key: pick[key] if key in wanted else 0 for key in pick}
         new = [dataclasses.replace(alts[c.task.key][trial[c.task.key]], task=c.task) for c in choices]
-        whole = _whole_module_s(prepared, [choices, new], backend, arrays, outs)
+        whole = _whole_module_s(prepared, [choices, new], backend, arrays, outs,
+                                repeat=max(2, min(10, int(CHECK_S / one_run))))
         if whole[2] <= 1 - MODULE_MARGIN:
             accepted = trial
             break

@@ -252,6 +252,7 @@ def tune_model(
         """One task's tuner failing must not end the model's run: the task is dropped."""
         log(f"{tasks[i].task.label}: the {options.strategy} tuner failed ({type(err).__name__}: {err}); "
             "dropping the task")
+        logger.debug("tuner failure", exc_info=err)
         sched.finished_round(i)
         sched.observe(i, sched.tasks[i].trials, sched.tasks[i].best_s, exhausted=True)
 

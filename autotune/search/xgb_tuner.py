@@ -105,8 +105,9 @@ class ModelTuner:
         if self.ctx is None or self.ctx.db is None:
             return
         for rec in self.ctx.db.measurements(self.ctx.workload.key, self.ctx.target.key):
-            self.measured.append((rec.config, rec.mean_s))
-            self.seen.add(config_key(rec.config))
+            config = self.space.completed(rec.config)  # (recorded before a knob was added)
+            self.measured.append((config, rec.mean_s))
+            self.seen |= {config_key(rec.config), config_key(config)}
             self.best_cost = min(self.best_cost, rec.mean_s)
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:

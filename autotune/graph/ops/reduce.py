@@ -313,14 +313,17 @@ def _softmax_def(log: bool) -> type:
             x = tensor_arg(args[0])
             axes = softmax_axes(AttrNode("LogSoftmax" if log else "Softmax", attrs, name), x.ndim)
             mx, at = reduced(x, axes, T.max_reduce, lambda i: x[tuple(i)], name + "_max")
-            ex, _ = reduced(x, axes, T.sum, lambda i: T.exp(x[tuple(i)] - mx[at(i)]), name + "_expsum")
             if log:
+                ex, _ = reduced(x, axes, T.sum, lambda i: T.exp(x[tuple(i)] - mx[at(i)]), name + "_expsum")
                 return nd_compute(
                     x.shape, lambda i: x[tuple(i)] - mx[at(i)] - T.log(ex[at(i)]), name, "elementwise"
                 )
-            return nd_compute(
-                x.shape, lambda i: T.exp(x[tuple(i)] - mx[at(i)]) / ex[at(i)], name, "elementwise"
-            )
+            # the exponentials a stage of their own, read by the sum and the scaling: a schedule
+            # inlines it into both (each computed twice) or keeps a row of them (computed once);
+            # one reciprocal a row, a product an element
+            e = nd_compute(x.shape, lambda i: T.exp(x[tuple(i)] - mx[at(i)]), name + "_exp", "elementwise")
+            ex, _ = reduced(e, axes, T.sum, lambda i: e[tuple(i)], name + "_expsum")
+            return nd_compute(x.shape, lambda i: e[tuple(i)] * (1.0 / ex[at(i)]), name, "elementwise")
 
     return _Softmax
 
