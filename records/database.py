@@ -455,13 +455,13 @@ class TuningDatabase:
     # finalists first): records/views.py, the one definition the views share
     _PER_CONFIG = PER_CONFIG
 
-    def _fastest(self, workload_key: str, target_key: str) -> Iterator[dict[str, Any]]:
+    def _fastest(self, workload_key: str, target_key: str, config_key: str | None = None
+                 ) -> Iterator[dict[str, Any]]:
         """One row per verified, error-free config of the pair (its upper-median record), best
-        first (confirmed finalists before the rest, then by time)."""
-        sql = self._PER_CONFIG.format(where="workload_key = ? AND target_key = ? AND")
-        return self.db.query(
-            f"{sql} ORDER BY unconfirmed_, mean_s, id", [workload_key, target_key] * 2
-        )
+        first (confirmed finalists before the rest, then by time); only ``config_key``'s if given."""
+        where, args = _where(workload_key=workload_key, target_key=target_key, config_key=config_key)
+        sql = self._PER_CONFIG.format(where=where.removeprefix(" WHERE ") + " AND")
+        return self.db.query(f"{sql} ORDER BY unconfirmed_, mean_s, id", args * 2)
 
     def best(self, workload_key: str, target_key: str) -> MeasurementRecord | None:
         """The fastest verified, error-free config of the pair (by the upper median of its records;
@@ -476,9 +476,8 @@ class TuningDatabase:
     def config_record(self, workload_key: str, target_key: str, config_key: str) -> MeasurementRecord | None:
         """The record that ranks the config (as ``best`` ranks configs); None if it has no verified,
         error-free record."""
-        sql = self._PER_CONFIG.format(where="workload_key = ? AND target_key = ? AND config_key = ? AND")
-        return next(iter(self._take(self.db.query(sql, [workload_key, target_key, config_key] * 2), 1)),
-                    None)
+        found = self._take(self._fastest(workload_key, target_key, config_key), 1)
+        return found[0] if found else None
 
     def module_picks(self, module_key: str | None = None, target_key: str | None = None
                      ) -> list[dict[str, Any]]:
@@ -489,12 +488,12 @@ class TuningDatabase:
         where, args = _where(module_key=module_key, target_key=target_key)
         out = []
         for row in self.db.query(
-            f"SELECT * FROM module_picks{where} ORDER BY module_key, target_key, workload_key", args
+            f"SELECT rowid, * FROM module_picks{where} ORDER BY module_key, target_key, workload_key", args
         ):
             try:
                 out.append(parse_module_pick(row))
             except ROW_ERRORS as exc:
-                self._skip("module_picks", f"{row.get('module_key')}/{row.get('workload_key')}", exc)
+                self._skip("module_picks", str(row["rowid"]), exc)
         return out
 
     def best_per_workload(self, target_key: str | None = None) -> list[MeasurementRecord]:

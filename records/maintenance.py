@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import RecordsError
-from .jsonl import _parse_target, _parse_workload
+from .jsonl import _parse_target, _parse_workload, parse_module_pick
 from .record import check_record, record_from_row
 from .schema import DDL, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from .database import TuningDatabase
 
-_KEYS = {"measurements": "id", "workloads": "key", "targets": "key"}
+# the column a row of each checked table is named by (module_picks: SQLite's rowid)
+_KEYS = {"measurements": "id", "workloads": "key", "targets": "key", "module_picks": "rowid"}
 
 
 def _dict_rows(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> list[dict[str, Any]]:
@@ -32,6 +33,8 @@ def _why_unreadable(table: str, row: dict[str, Any]) -> str | None:
             check_record(record_from_row(row))
         elif table == "workloads":
             _parse_workload({**row, "description": json.loads(row["description"])})
+        elif table == "module_picks":
+            parse_module_pick(row)
         else:
             _parse_target({**row, "fingerprint": json.loads(row["fingerprint"])})
     except (ValueError, TypeError, KeyError, AttributeError, RecordsError) as exc:
@@ -40,12 +43,18 @@ def _why_unreadable(table: str, row: dict[str, Any]) -> str | None:
     return None
 
 
+def _tables(conn: sqlite3.Connection) -> dict[str, str]:
+    """The checked tables this file has (one of an older schema lacks module_picks), with their keys."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {t: k for t, k in _KEYS.items() if t in names}
+
+
 def unreadable_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
-    """(table, id or key, why) of every row of measurements, workloads and targets that cannot be
-    read back."""
+    """(table, id or key or rowid, why) of every row of measurements, workloads, targets and module
+    picks that cannot be read back."""
     out = []
-    for table, key in _KEYS.items():
-        for row in _dict_rows(conn, f"SELECT * FROM {table} ORDER BY {key}"):
+    for table, key in _tables(conn).items():
+        for row in _dict_rows(conn, f"SELECT {key} AS {key}, * FROM {table} ORDER BY {key}"):
             why = _why_unreadable(table, row)
             if why is not None:
                 out.append((table, str(row[key]), why))
@@ -169,7 +178,7 @@ def check(db: TuningDatabase) -> CheckReport:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "quarantine" in names:
         report.quarantined = conn.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-    report.rows = {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in _KEYS}
+    report.rows = {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in _tables(conn)}
     return report
 
 
@@ -196,8 +205,8 @@ def _repair(db: TuningDatabase, conn: sqlite3.Connection, done: dict[str, int]) 
             conn.execute(stmt)
         for table, key, why in unreadable_rows(conn):
             col = _KEYS[table]
-            value = int(key) if col == "id" else key
-            rows = _dict_rows(conn, f"SELECT * FROM {table} WHERE {col} = ?", (value,))
+            value = int(key) if col in ("id", "rowid") else key
+            rows = _dict_rows(conn, f"SELECT {col} AS {col}, * FROM {table} WHERE {col} = ?", (value,))
             if not rows:
                 continue
             conn.execute(

@@ -649,6 +649,24 @@ def test_module_picks_keep_the_newer_pick_of_each_task(db: TuningDatabase) -> No
         db.put_module_picks([{k: v for k, v in pick().items() if k != "best_config_key"}])
 
 
+def test_an_unreadable_module_pick_is_skipped_named_by_check_and_moved_by_repair(db: TuningDatabase) -> None:
+    from records.maintenance import check, repair
+
+    db.put_module_picks([pick(), pick(W2, "d2", "d1")])
+    raw = sqlite3.connect(db.path)
+    raw.execute("UPDATE module_picks SET module_s = 'fast' WHERE workload_key = ?", [W2])
+    raw.commit()
+    (rowid,) = raw.execute("SELECT rowid FROM module_picks WHERE workload_key = ?", [W2]).fetchone()
+    raw.close()
+    assert [p["workload_key"] for p in db.module_picks()] == [W1]
+    assert ("module_picks", str(rowid)) in db.skipped
+    report = check(db)
+    assert not report.ok and [(t, k) for t, k, _ in report.unreadable] == [("module_picks", str(rowid))]
+    assert report.rows["module_picks"] == 2
+    assert repair(db) == {"quarantined": 1, "stale_claims": 0}
+    assert check(db).ok and [p["workload_key"] for p in db.module_picks()] == [W1]
+
+
 def test_module_picks_travel_with_export_import_and_merge(tmp_path: Path, db: TuningDatabase) -> None:
     db.add_measurements([rec({"tile": 1}, (0.2,))])
     db.put_module_picks([pick(), pick(W2, "d2", "d1")])
