@@ -34,7 +34,7 @@ from .compiler import (
     runner_up_schedules,
 )
 from .feeds import random_inputs
-from .runtime import check_inputs, make_backend
+from .runtime import CpuExecutable, check_inputs, make_backend
 
 MARGIN = 0.03  # a runner-up replaces the best only when its calls take this much less in the module
 MODULE_MARGIN = 0.01  # and the module with every such runner-up must run this much faster as a whole
@@ -84,19 +84,23 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
     depth = max(len(a) for a in alts.values())
     if depth < 2:
         return Reranked(choices, [], [], time.perf_counter() - t0)
+
+    def taking(pick: dict[str, int]) -> list[KernelChoice]:
+        """The choices with each task's ``pick[key]``-th record (its last where it has fewer)."""
+        return [dataclasses.replace(alts[c.task.key][min(pick[c.task.key], len(alts[c.task.key]) - 1)],
+                                    task=c.task) for c in choices]
+
     times: dict[tuple[str, int], list[float]] = {}
     types = prepared.graph.types
     arrays = check_inputs(prepared.graph, random_inputs(prepared.graph, np.random.default_rng(0)))
     outs = [aligned_empty(types[o].shape, types[o].dtype) for o in prepared.graph.outputs]
+    variants = [_build(prepared, taking(dict.fromkeys(alts, j)), backend).executable for j in range(depth)]
     # fewer runs per profile for a model that runs long (ViT-B/16: 0.18 s a run), at least three
-    one_run = float(np.median(_build(prepared, choices, backend).executable.time(arrays, outs, 3, 0.0)))
+    one_run = float(np.median(variants[0].time(arrays, outs, 3, 0.0)))
     repeat = max(3, min(repeat, int(PROFILE_S / one_run)))
     for _ in range(rounds):
-        for j in range(depth):
-            variant = [dataclasses.replace(alts[c.task.key][min(j, len(alts[c.task.key]) - 1)], task=c.task)
-                       for c in choices]
-            built = _build(prepared, variant, backend)
-            med = np.median(built.executable.profile(arrays, outs, repeat, len(prepared.calls)), axis=0)
+        for j, variant in enumerate(variants):
+            med = np.median(variant.profile(arrays, outs, repeat, len(prepared.calls)), axis=0)
             per_task: dict[str, float] = {}
             for i, call in enumerate(prepared.calls):
                 key = choices[call.task].task.key
@@ -118,9 +122,8 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
         if not wanted:
             break
         trial = {key: pick[key] if key in wanted else 0 for key in pick}
-        new = [dataclasses.replace(alts[c.task.key][trial[c.task.key]], task=c.task) for c in choices]
-        whole = _whole_module_s(prepared, [choices, new], backend, arrays, outs,
-                                repeat=max(2, min(10, int(CHECK_S / one_run))))
+        whole = _whole_module_s(variants[0], _build(prepared, taking(trial), backend).executable, arrays,
+                                outs, repeat=max(2, min(10, int(CHECK_S / one_run))))
         if whole[2] <= 1 - MODULE_MARGIN:
             accepted = trial
             break
@@ -138,17 +141,15 @@ def rerank_in_module(prepared: Prepared, choices: list[KernelChoice], target: Ta
                 "module_s": median[(key, pick[key])], "best_module_s": median[(key, 0)],
                 "model": prepared.graph.name, "created_at": now,
             })
-    new = [dataclasses.replace(alts[c.task.key][pick[c.task.key]], task=c.task) for c in choices]
     changed = sorted({c.task.label for c in choices if pick[c.task.key] != 0})
-    return Reranked(new, changed, rows, time.perf_counter() - t0, whole)
+    return Reranked(taking(pick), changed, rows, time.perf_counter() - t0, whole)
 
 
-def _whole_module_s(prepared: Prepared, variants: list[list[KernelChoice]], backend: Any,
-                    arrays: list[np.ndarray], outs: list[np.ndarray], rounds: int = 12, repeat: int = 10
-                    ) -> tuple[float, float, float]:
-    """Median seconds of a whole run of two variants of the module, timed in interleaved rounds,
-    and the median over rounds of the second's time over the first's."""
-    runs = [_build(prepared, v, backend).executable for v in variants]
+def _whole_module_s(base: CpuExecutable, other: CpuExecutable, arrays: list[np.ndarray],
+                    outs: list[np.ndarray], rounds: int = 12, repeat: int = 10) -> tuple[float, float, float]:
+    """Median seconds of a whole run of two loaded variants of the module, timed in interleaved
+    rounds, and the median over rounds of the second's time over the first's."""
+    runs = [base, other]
     times: list[list[float]] = [[], []]
     for r in range(rounds):
         for i in (0, 1) if r % 2 == 0 else (1, 0):
