@@ -141,11 +141,7 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     names = [a.name for a in stage.axes]
     steps: list[Step] = []
     if vector_reduce == 2 and _row_reducible(stage, lanes):
-        r = stage.reduce_axes[-1]
-        if r.extent % lanes == 0:
-            steps += [SplitStep(stage.name, r.name, lanes), vectorize(stage.name, f"{r.name}.1")]
-        else:  # the whole row one vectorized loop: its vectors, then the tail (autotune.ir.passes)
-            steps.append(vectorize(stage.name, r.name))
+        steps += _along_row_steps(stage, lanes)
         steps += [FuseStep(stage.name, tuple(names))] if len(names) > 1 else []
         return steps + [parallel(stage.name, "@".join(names))]
     if stage.is_reduction and vector_reduce and _vector_reducible(stage, lanes):
@@ -167,9 +163,7 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     last, last_ext = names[-1], stage.tensor.shape[-1]
     outer_names = names[:-1]
     if last_ext >= lanes:
-        # whole vectors; where the extent is not whole vectors the last one overlaps the one before
-        steps += [SplitStep(stage.name, last, lanes, overlap=last_ext % lanes != 0),
-                  vectorize(stage.name, f"{last}.1")]
+        steps += _last_axis_vectors(stage, lanes)
         outer_names.append(f"{last}.0")
     elif len(names) >= 3 and _moves_input(stage):
         # a move with a short innermost axis (e.g. a channel shuffle's pairs): that axis unrolled
@@ -186,13 +180,28 @@ def _root_steps(stage: Stage, lanes: int, vector_reduce: int = 0) -> list[Step]:
     return steps
 
 
-def _row_vector_steps(stage: Stage, lanes: int, prefix: int) -> list[Step]:
-    """A stage's last axis, past its ``prefix`` row axes, in vectors (the last one shifted back to
-    end at the extent where the extent is not whole vectors)."""
-    if len(stage.axes) <= prefix or stage.tensor.shape[-1] < lanes:
-        return []
+def _last_axis_vectors(stage: Stage, lanes: int) -> list[Step]:
+    """A stage's last axis in whole vectors (``.1``), under the loop of them (``.0``); where the
+    extent is not whole vectors the last one overlaps the one before."""
     last, ext = stage.axes[-1].name, stage.tensor.shape[-1]
     return [SplitStep(stage.name, last, lanes, overlap=ext % lanes != 0), vectorize(stage.name, f"{last}.1")]
+
+
+def _along_row_steps(stage: Stage, lanes: int) -> list[Step]:
+    """A reduction's innermost reduction axis in vector lanes along the row: split into whole
+    vectors, or where it is not whole vectors the whole row one vectorized loop (its vectors, then
+    the tail: autotune.ir.passes)."""
+    r = stage.reduce_axes[-1]
+    if r.extent % lanes == 0:
+        return [SplitStep(stage.name, r.name, lanes), vectorize(stage.name, f"{r.name}.1")]
+    return [vectorize(stage.name, r.name)]
+
+
+def _row_vector_steps(stage: Stage, lanes: int, prefix: int) -> list[Step]:
+    """A stage's last axis, past its ``prefix`` row axes, in vectors, where it has one that long."""
+    if len(stage.axes) <= prefix or stage.tensor.shape[-1] < lanes:
+        return []
+    return _last_axis_vectors(stage, lanes)
 
 
 class CpuSketch(Sketch):
@@ -286,9 +295,7 @@ class CpuSketch(Sketch):
             steps.append(ComputeAtStep(st.name, out.name, row))
             if st.is_reduction:
                 if c.get("vector_reduce", 0) and _row_reducible(st, self.lanes):
-                    r = st.reduce_axes[-1]
-                    steps += ([SplitStep(st.name, r.name, self.lanes), vectorize(st.name, f"{r.name}.1")]
-                              if r.extent % self.lanes == 0 else [vectorize(st.name, r.name)])
+                    steps += _along_row_steps(st, self.lanes)
             else:
                 steps += _row_vector_steps(st, self.lanes, self.row_prefix)
         return steps
