@@ -238,8 +238,8 @@ class CpuSketch(Sketch):
             knobs.append(ChoiceKnob("pack", ("none", *self.pack_candidates, *prepacked)))
             knobs.append(ChoiceKnob("unroll", (1, 0)))
             if self.prepackable:
-                knobs.append(ChoiceKnob("outer_order", (0, 1)))
-            knobs.append(ChoiceKnob("registers", (0, 1)))
+                knobs.append(ChoiceKnob("outer_order", (0, 1), before=0))
+            knobs.append(ChoiceKnob("registers", (0, 1), before=0))
             constraints = [
                 ("vector_width", self._vector_ok),
                 ("register_tile", self._registers_ok),

@@ -7,6 +7,7 @@ module) on fresh random inputs and asserts that every output matches the float64
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 
@@ -53,6 +54,8 @@ def check_kernel(kernel_builder: Builder, kernel_runner: CpuRunner, host_target:
         refs = workload.run_reference(inputs)
         task = f"{workload.key}-{next(counter)}"
         kernel_runner.set_task(task, inputs, refs, [(o.shape, o.dtype) for o in workload.outputs])
+        if prog.prepack and not options.prepack:  # constants the kernel reads pre-tiled, as measured
+            options = dataclasses.replace(options, prepack=tuple(prog.prepack))
         try:
             res = kernel_runner.run(built.lib_path, prog.kernel_name, task, options)
         finally:

@@ -111,7 +111,7 @@ def test_every_task_of_a_model_computes_right_on_the_gpu_path(
     target = offline_cuda_target("sm_90")
     graph = load_model(spec)
     graph.precision = precision
-    prepared = prepare(graph, winograd=winograd)
+    prepared = prepare(graph, forms=f"winograd{winograd}" if winograd else None)
     rng = np.random.default_rng(2)
     with Builder(BuildOptions(cache_dir=tmp_path)) as builder, CpuRunner() as runner:
         for task in prepared.tasks:

@@ -22,9 +22,11 @@ from schedules import CpuSketch, make_space
 from schedules.defaults import largest_divisor, parallel_split, register_tile, tile_axes
 
 GPU = offline_cuda_target("sm_90")
-# (model, layout, Winograd tile size or 0): every form a tuned or untuned compile may take
-FORMS = [("zoo:resnet18", "NHWC", 0), ("zoo:resnet18", "NCHW", 0), ("zoo:resnet18", "NHWC", 2),
-         ("zoo:resnet18", "NHWC", 4), ("zoo:bert_layer", "NHWC", 0), ("zoo:mlp", "NHWC", 0)]
+# (model, layout, algorithm form or None): every form a tuned or untuned compile may take
+FORMS = [("zoo:resnet18", "NHWC", None), ("zoo:resnet18", "NCHW", None),
+         ("zoo:resnet18", "NHWC", "winograd2"), ("zoo:resnet18", "NHWC", "winograd4"),
+         ("zoo:bert_layer", "NHWC", None),
+         ("zoo:bert_layer", "NHWC", "strassen"), ("zoo:mlp", "NHWC", None)]
 # every named op, at small shapes that are awkward where they can be (odd, prime, not whole vectors)
 NAMED = [
     ("add", "1000"), ("add_relu_mul", "7,40"), ("avg_pool2d", "1,8,9,9,3,2,1"),
@@ -42,8 +44,8 @@ NAMED = [
 @pytest.fixture(scope="module")
 def zoo_tasks() -> list:
     seen, out = set(), []
-    for model, layout, m in FORMS:
-        for task in prepare(model, layout, winograd=m).tasks:
+    for model, layout, form in FORMS:
+        for task in prepare(model, layout, forms=form).tasks:
             if task.key not in seen:
                 seen.add(task.key)
                 out.append(task)

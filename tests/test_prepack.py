@@ -285,3 +285,14 @@ def test_outer_order_gives_each_thread_its_own_weight_panels() -> None:
         runner.close()
     # both orders checked against the float64 reference on fresh random inputs by the worker
     assert [t.error_kind for t in trials] == [None, None], [t.error_msg for t in trials]
+
+
+def test_records_from_before_the_order_and_register_knobs_read_as_their_former_code() -> None:
+    """A config recorded before ``outer_order`` and ``registers`` existed (a task whose weight
+    became prepackable later) is completed with 0, what the code did then, so the model-guided
+    tuner can learn from it (it failed with a KeyError on ViT's classifier before)."""
+    space = make_space(_const_matmul(), cpu_target())
+    old = {k: v for k, v in space.default_config().items() if k not in ("outer_order", "registers")}
+    done = space.completed(old)
+    assert done["outer_order"] == 0 and done["registers"] == 0
+    assert len(space.encode(old)) == len(space.encode(space.default_config()))

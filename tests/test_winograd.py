@@ -38,7 +38,7 @@ def test_rewritten_graph_computes_the_same_model(m: int) -> None:
     g = load_model(RESNET)
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 32, 32)).astype(np.float64)
     direct = optimize(g, "NHWC")
-    wino = optimize(g, "NHWC", m)
+    wino = optimize(g, "NHWC", f"winograd{m}")
     ops = wino.op_counts()
     # the stride-1 3x3 convs (2 per stage plus the second one of each later stage's first block)
     assert ops["WinogradInput"] == ops["WinogradOutput"] == 13
@@ -50,16 +50,17 @@ def test_rewritten_graph_computes_the_same_model(m: int) -> None:
 
 def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
     g = load_model(RESNET)
-    every = prepare(g, "NHWC", winograd=2)
+    every = prepare(g, "NHWC", forms="winograd2")
     a, b = list(every.winograd_convs)[:2]
-    some = prepare(g, "NHWC", winograd={a: 2, b: 4})
+    some = prepare(g, "NHWC", forms={a: "winograd2", b: "winograd4"})
     assert some.winograd_convs == {a: 2, b: 4}
     names = {n.name for n in some.graph.nodes}
     assert {c + s for c in (a, b) for s in SUFFIXES} <= names
-    assert "Winograd: 1 conv as F(2x2,3x3), 1 conv as F(4x4,3x3)" in some.describe()
-    assert not prepare(g, "NCHW", winograd=2).winograd_convs  # NHWC only
-    with pytest.raises(GraphError, match="tile size 3"):
-        prepare(g, "NHWC", winograd=3)
+    assert some.forms == {a: "winograd2", b: "winograd4"}
+    assert "1 conv as F(2x2,3x3), 1 conv as F(4x4,3x3)" in some.describe()
+    assert not prepare(g, "NCHW", forms="winograd2").winograd_convs  # NHWC only
+    with pytest.raises(GraphError, match="unknown algorithm form 'winograd3'"):
+        prepare(g, "NHWC", forms="winograd3")
 
 
 def test_the_frontend_rejects_the_compilers_internal_operators() -> None:
@@ -101,13 +102,13 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
 ) -> None:
     ort = pytest.importorskip("onnxruntime")
     from autotune.graph import zoo
-    from autotune.graph.compiler import choose_winograd
+    from autotune.graph.compiler import choose_forms
     from autotune.target import cpu_target
     from records import TuningDatabase
     from schedules import make_space
 
     target, g = cpu_target(), load_model(RESNET)
-    direct, every = prepare(g, "NHWC"), prepare(g, "NHWC", winograd=2)
+    direct, every = prepare(g, "NHWC"), prepare(g, "NHWC", forms="winograd2")
     rng = np.random.default_rng(5 + unroll)
     # made-up times: Winograd faster for the first stage's convolutions (8x8 outputs) only
     first_stage = {c for c in every.winograd_convs if every.graph.types[c + SUFFIXES[2]].shape[1] == 8}
@@ -121,12 +122,12 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
                 cfg["unroll_coefficients"] = unroll
                 assert space.is_valid(cfg)
             _record(db, t, target, cfg, 1e-6 if t.key in fast else 1e-3)
-        chosen = choose_winograd(g, target, db, "NHWC", [2])
+        chosen = choose_forms(g, target, db, "NHWC", ["winograd2"])
         assert set(chosen.winograd_convs) == first_stage and first_stage
-        module = compile_model(g, target, db, winograd=2, verbose=False,
+        module = compile_model(g, target, db, winograd=2, strassen=False, verbose=False,
                                cache_dir=str(tmp_path_factory.mktemp("modules")))
-    assert module.prepared.winograd_convs == chosen.winograd_convs == module.summary.winograd
-    assert f"Winograd: {len(first_stage)} convs as F(2x2,3x3)" in module.summary.line()
+    assert module.prepared.forms == chosen.forms == module.summary.forms
+    assert f"; {len(first_stage)} convs as F(2x2,3x3)" in module.summary.line()
     assert module.summary.tuned_tasks == module.summary.tasks
     feeds = module.random_inputs(np.random.default_rng(3))
     proto = zoo.make_model(RESNET).SerializeToString()
@@ -154,7 +155,7 @@ def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones
     from onnx import TensorProto, helper, numpy_helper
 
     from autotune.cli import tune
-    from autotune.graph.compiler import choose_winograd, estimated_latency
+    from autotune.graph.compiler import choose_forms, estimated_latency
     from autotune.target import cpu_target
     from records import TuningDatabase
 
@@ -176,7 +177,7 @@ def test_tune_model_tunes_every_form_and_reports_the_estimate_of_the_chosen_ones
     assert sum("winograd_in" in x for x in labels) == 2 and any("conv2d" in x for x in labels)
     assert all(t["trials"] >= 1 for t in out["tasks"])  # warm-up: every task of every form measured
     with TuningDatabase(db, create=False) as d:
-        chosen = choose_winograd(str(path), cpu_target(), d, "NHWC", (2, 4))
+        chosen = choose_forms(str(path), cpu_target(), d, "NHWC", ("winograd2", "winograd4"))
         want = estimated_latency(chosen.tasks, cpu_target(), d)
     every = sum(t["weighted_s"] for t in out["tasks"])
     assert out["estimated_latency_s"] == pytest.approx(want) and want < every
@@ -186,7 +187,7 @@ def test_the_scheduler_sees_each_convolution_once_in_each_of_its_forms() -> None
     from autotune.graph.tuning import model_tasks, scheduler_weights
 
     g = load_model(RESNET)
-    prepared = [prepare(g, "NHWC")] + [prepare(g, "NHWC", winograd=m) for m in (2, 4)]
+    prepared = [prepare(g, "NHWC")] + [prepare(g, "NHWC", forms=f"winograd{m}") for m in (2, 4)]
     tasks = model_tasks(prepared)
     weights, choices = scheduler_weights(prepared, tasks)
     assert len(choices) == 13  # the stride-1 3x3 convolutions

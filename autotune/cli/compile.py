@@ -96,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
                          f"use bench.py for --target {target.kind}")
     db, target, nearest = open_records(args.db, target, args.exact_target)
     try:
-        module = build_module(model, target, db, args.layout, args.rerank, args.winograd)
+        module = build_module(model, target, db, args.layout, args.rerank, args.winograd,
+                              args.strassen)
     finally:
         db.close()
     print(module.prepared.describe(), flush=True)

@@ -17,16 +17,17 @@ import numpy as np
 from ..graph.compiler import (
     LAYOUTS,
     Prepared,
+    choose_forms,
     choose_layout,
-    choose_winograd,
     compile_model,
     estimated_latency,
     prepare,
 )
+from ..graph.forms import default_forms
 from ..graph.frontend import from_onnx
 from ..graph.ir import Graph, GraphError
 from ..graph.precision import output_tolerance
-from ..graph.winograd import TILE_SIZES, default_sizes
+from ..graph.winograd import TILE_SIZES
 from .common import UsageError, backend_of, int_in, measuring, open_db, open_records, resolve_target
 from .limits import check_graph, check_workload
 from .output import emit_json
@@ -50,7 +51,7 @@ def add_precision_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
-    """--model, --input-shape, --layout, --winograd, --precision."""
+    """--model, --input-shape, --layout, --winograd, --strassen, --precision."""
     add_precision_arg(p)
     from ..graph.zoo import MODELS
 
@@ -83,6 +84,28 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
         "tunes every form, compile.py / bench.py take the fastest per convolution; 0 = direct only "
         "(default 2,4)",
     )
+    p.add_argument(
+        "--strassen",
+        type=on_off,
+        default=None,
+        metavar="on|off",
+        help="large products by a constant matrix (dense layers) also by one level of Strassen's "
+        "algorithm (7/8 of the multiply-adds, rounding a few times the product's): tune.py tunes "
+        "both, compile.py / bench.py take the faster per product (default: on for cpu, off for cuda)",
+    )
+
+
+def on_off(text: str) -> bool:
+    """``on`` / ``off`` (also 1 / 0)."""
+    value = {"on": True, "1": True, "off": False, "0": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: on or off")
+    return value
+
+
+def model_forms(kind: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """The algorithm forms ``--winograd`` and ``--strassen`` ask for on a target of ``kind``."""
+    return default_forms(kind, args.winograd, getattr(args, "strassen", None))
 
 
 def winograd_sizes(text: str) -> tuple[int, ...]:
@@ -181,17 +204,17 @@ def load(
     return LoadedModel(spec, graph, proto, shapes)
 
 
-def prepare_layouts(model: LoadedModel, layout: str, winograd: Sequence[int] | None = (),
+def prepare_layouts(model: LoadedModel, layout: str, forms: Sequence[str] = (),
                     in_place: bool = False) -> list[Prepared]:
-    """Every form of the model to tune: each layout, and each Winograd size of its convolutions;
-    ``in_place``: concatenations written in place (as the target's compile does)."""
+    """Every way of the model to tune: each layout, and each algorithm form (Winograd sizes,
+    Strassen) of the nodes it fits; ``in_place``: concatenations written in place (as the
+    target's compile does)."""
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
         out = [prepare(model.graph, lay, in_place=in_place) for lay in layouts]
-        # --winograd: tune every form of each eligible convolution; compile takes the fastest
-        every = [prepare(model.graph, lay, winograd=m, in_place=in_place)
-                 for lay in layouts for m in winograd]
-        return out + [p for p in every if p.winograd_convs]
+        # --winograd, --strassen: tune every form of each node; compile takes the fastest
+        every = [prepare(model.graph, lay, forms=f, in_place=in_place) for lay in layouts for f in forms]
+        return out + [p for p in every if p.forms]
     except GraphError as err:
         raise UsageError(str(err)) from None
 
@@ -274,7 +297,7 @@ def _load_and_prepare(args: argparse.Namespace, kind: str) -> tuple[LoadedModel,
     the size limits (a UsageError before anything is written)."""
     in_place = backend_of(kind).concat_in_place
     model = load(args.model, args.input_shape, args.precision, kind)
-    prepared = prepare_layouts(model, args.layout, default_sizes(kind, args.winograd), in_place)
+    prepared = prepare_layouts(model, args.layout, model_forms(kind, args), in_place)
     for task in (t for form in prepared for t in form.tasks):  # as each is tuned (layouts, Winograd)
         check_workload(task.workload, task.label)
     return model, prepared
@@ -320,10 +343,10 @@ def next_steps(args: argparse.Namespace) -> list[str]:
 
 def chosen_form(model: LoadedModel, target: Any, db: Any, args: argparse.Namespace) -> Prepared:
     """The preparation compile.py would take from ``db`` (layout and convolution forms)."""
-    sizes = default_sizes(target.kind, args.winograd)
+    forms = model_forms(target.kind, args)
     if args.layout == "auto":
-        return choose_layout(model.graph, target, db, winograd=sizes)
-    return choose_winograd(model.graph, target, db, args.layout, sizes)
+        return choose_layout(model.graph, target, db, forms=forms)
+    return choose_forms(model.graph, target, db, args.layout, forms)
 
 
 # --- compile ------------------------------------------------------------------------------------------
@@ -334,12 +357,14 @@ def build_module(
     layout: str,
     rerank: int = 1,
     winograd: Sequence[int] | None = None,
+    strassen: bool | None = None,
 ) -> Any:
     if rerank < 1:
         raise UsageError(f"--rerank must be >= 1, got {rerank}")
     try:
         return compile_model(
-            model.graph, target, db, layout=layout, verbose=False, rerank=rerank, winograd=winograd
+            model.graph, target, db, layout=layout, verbose=False, rerank=rerank, winograd=winograd,
+            strassen=strassen,
         )
     except GraphError as err:
         raise UsageError(str(err)) from None
@@ -394,7 +419,8 @@ def _compile_and_run(args: argparse.Namespace, model: LoadedModel, target: Any) 
     """The module built from the DB's best schedules, its random inputs, and its outputs on them."""
     db, target, nearest = open_records(args.db, target, getattr(args, "exact_target", False))
     try:
-        module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1), args.winograd)
+        module = build_module(model, target, db, args.layout, getattr(args, "rerank", 1), args.winograd,
+                              args.strassen)
     finally:
         db.close()
     print(f"target: {target.describe()} [{target.key}]", flush=True)

@@ -30,6 +30,7 @@ from records import TuningDatabase
 from schedules import make_space
 
 from .feeds import random_inputs
+from .forms import FORMS, Plan, default_forms, describe, forms_in
 from .frontend import from_onnx
 from .fusion import Group, fuse
 from .inplace import View, concats_in_place
@@ -38,7 +39,6 @@ from .memory import MemoryPlan, plan_memory
 from .passes import optimize
 from .runtime import KernelSource, check_inputs, check_outputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
-from .winograd import SUFFIXES, Plan, default_sizes, describe_forms
 
 LAYOUTS = ("NHWC", "NCHW", "auto")
 SMALL_OUTPUT_BYTES = 64 << 10  # outputs below this size are not aligned (CompiledModule._outputs)
@@ -68,11 +68,16 @@ class Prepared:
     tasks: list[Task]
     calls: list[KernelCall]
     layout: str
-    winograd_convs: dict[str, int] = field(default_factory=dict)  # conv -> m: computed as F(m, 3)
+    forms: dict[str, str] = field(default_factory=dict)  # node -> the form computing it (forms.py)
+
+    @property
+    def winograd_convs(self) -> dict[str, int]:
+        """Conv -> m of the convolutions computed as Winograd F(m x m, 3 x 3)."""
+        return {n: int(f[len("winograd"):]) for n, f in self.forms.items() if f.startswith("winograd")}
 
     def describe(self) -> str:
         weights = sum(t.weight for t in self.tasks)
-        wg = f", Winograd: {describe_forms(self.winograd_convs)}" if self.winograd_convs else ""
+        wg = f", {describe(self.forms)}" if self.forms else ""
         return (
             f"{self.graph.name}: {len(self.graph.nodes)} nodes -> {len(self.groups)} fused kernels, "
             f"{len(self.tasks)} distinct tasks ({weights} calls), layout {self.layout}{wg}"
@@ -83,23 +88,22 @@ def prepare(
     model: Any,
     layout: str = "NHWC",
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    winograd: Plan = 0,
+    forms: Plan | None = None,
     in_place: bool = False,
 ) -> Prepared:
-    """Import (unless given a Graph), run the passes, fuse and extract tasks; ``winograd``: a tile
-    size m for every stride-1 3x3 convolution of an NHWC graph, or conv name -> m, computed as
-    F(m x m, 3 x 3); ``in_place``: concatenations written in place by their inputs' producers
-    where they can be (``graph.inplace``; for a target whose backend renders views)."""
+    """Import (unless given a Graph), run the passes, fuse and extract tasks; ``forms``: a form
+    (``forms.FORMS``) for every node it fits, or node name -> form; ``in_place``: concatenations
+    written in place by their inputs' producers where they can be (``graph.inplace``; for a
+    target whose backend renders views)."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    graph = optimize(load_model(model, input_shapes), layout, winograd)
+    graph = optimize(load_model(model, input_shapes), layout, forms)
     groups = fuse(graph)
     views: dict[str, View] = {}
     if in_place:
         groups, views = concats_in_place(groups, graph)
     tasks, calls = extract_tasks(groups, graph, views)
-    done = {n.name[: -len(SUFFIXES[0])]: int(n.attrs["m"]) for n in graph.nodes if n.op == "WinogradInput"}
-    return Prepared(graph, groups, tasks, calls, layout, done)
+    return Prepared(graph, groups, tasks, calls, layout, forms_in(graph))
 
 
 def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -> dict[str, float]:
@@ -112,54 +116,55 @@ def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -
     return out
 
 
-def conv_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]], list[str]]:
-    """How the preparations of one model (one layout: the direct one and Winograd copies) compute
-    it: each convolution that has a Winograd form -> its forms, each the task keys of the kernels
-    computing it (direct: one; F(m x m): the transforms and the product); and the task keys of
-    every other kernel call, which every form shares (from the direct preparation)."""
-    direct = next(p for p in prepared if not p.winograd_convs)
-    copies = [p for p in prepared if p.winograd_convs]
+def node_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]], list[str]]:
+    """How the preparations of one model (one layout: the direct one and copies in forms) compute
+    it: each node that has a form -> its ways, each the task keys of the kernels computing it
+    (direct: one; a form: its transforms and product); and the task keys of every other kernel
+    call, which every way shares (from the direct preparation)."""
+    direct = next(p for p in prepared if not p.forms)
+    copies = [p for p in prepared if p.forms]
 
     def keys_by_node(p: Prepared) -> dict[str, str]:
         return {n.name: p.tasks[call.task].key for call in p.calls for n in call.group.nodes}
 
     direct_keys = keys_by_node(direct)
-    forms: dict[str, list[list[str]]] = {}
+    ways: dict[str, list[list[str]]] = {}
     for p in copies:
         keys = keys_by_node(p)
-        for c in p.winograd_convs:
-            forms.setdefault(c, [[direct_keys[c]]]).append([keys[c + s] for s in SUFFIXES])
+        for node, form in p.forms.items():
+            kernels = [keys[node + s] for s in FORMS[form].suffixes]
+            ways.setdefault(node, [[direct_keys[node]]]).append(kernels)
     shared = [direct.tasks[call.task].key for call in direct.calls
-              if not any(n.name in forms for n in call.group.nodes)]
-    return forms, shared
+              if not any(n.name in ways for n in call.group.nodes)]
+    return ways, shared
 
 
-def choose_winograd(
+def choose_forms(
     model: Any,
     target: Target,
     db: TuningDatabase | None,
     layout: str,
-    sizes: Sequence[int],
+    forms: Sequence[str],
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Prepared:
-    """The algorithm of each eligible convolution as a tunable: of direct and F(m x m, 3 x 3) for
-    each m in ``sizes``, the form whose kernels' best recorded times add up to the least (direct
-    wherever the others lack records)."""
+    """The algorithm of each node that has forms as a tunable: of its direct kernel and each form
+    in ``forms`` that fits it, the one whose kernels' best recorded times add up to the least
+    (direct wherever the others lack records)."""
     graph = load_model(model, input_shapes)
     in_place = target.backend.concat_in_place
     direct = prepare(graph, layout, in_place=in_place)
-    if not sizes or layout != "NHWC":
+    if not forms:
         return direct
     d_cost = _node_costs(direct, target, db)
-    best = {n.name: (d_cost.get(n.name, math.inf), 0) for n in direct.graph.nodes if n.op == "Conv"}
-    for m in sizes:
-        every = prepare(graph, layout, winograd=m, in_place=in_place)
-        w_cost = _node_costs(every, target, db)
-        for c in every.winograd_convs:
-            cost = sum(w_cost.get(c + s, math.inf) for s in SUFFIXES)
-            if cost < best[c][0]:
-                best[c] = (cost, m)
-    return prepare(graph, layout, winograd={c: m for c, (_, m) in best.items() if m}, in_place=in_place)
+    best: dict[str, tuple[float, str]] = {}
+    for name in forms:
+        every = prepare(graph, layout, forms=name, in_place=in_place)
+        f_cost = _node_costs(every, target, db)
+        for node in every.forms:
+            cost = sum(f_cost.get(node + s, math.inf) for s in FORMS[name].suffixes)
+            if cost < best.get(node, (d_cost.get(node, math.inf), ""))[0]:
+                best[node] = (cost, name)
+    return prepare(graph, layout, forms={n: f for n, (_, f) in best.items()}, in_place=in_place)
 
 
 def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:
@@ -180,12 +185,12 @@ def choose_layout(
     target: Target,
     db: TuningDatabase | None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    winograd: Sequence[int] = (),
+    forms: Sequence[str] = (),
 ) -> Prepared:
     """Layout as a tunable: the layout whose tasks are all tuned with the lowest estimated model
     latency (sum of weight x best latency); NHWC when neither is fully tuned."""
     graph = load_model(model, input_shapes)
-    options = [choose_winograd(graph, target, db, lay, winograd) for lay in ("NHWC", "NCHW")]
+    options = [choose_forms(graph, target, db, lay, forms) for lay in ("NHWC", "NCHW")]
     costs = [estimated_latency(p.tasks, target, db) for p in options]
     return options[1] if costs[1] < costs[0] else options[0]
 
@@ -309,11 +314,11 @@ class CompileSummary:
     seconds: dict = field(default_factory=dict)
     reranked: list[str] = field(default_factory=list)  # tasks whose in-module timing picked a runner-up
     picked: list[str] = field(default_factory=list)  # tasks that took the runner-up stored for this module
-    winograd: dict[str, int] = field(default_factory=dict)  # conv -> m of the Winograd convolutions
+    forms: dict[str, str] = field(default_factory=dict)  # node -> the form computing it (forms.py)
 
     def line(self) -> str:
         fb = f"; default schedule for: {', '.join(self.fallback)}" if self.fallback else ""
-        wg = describe_forms(self.winograd)
+        wg = describe(self.forms)
         return (
             f"{self.model}: {self.tuned_calls}/{self.calls} fused subgraphs use tuned schedules "
             f"({self.tuned_tasks}/{self.tasks} distinct), {self.calls - self.tuned_calls} fell back{fb}; "
@@ -321,7 +326,7 @@ class CompileSummary:
             + (f"; {len(self.reranked)} took a runner-up, faster in the module" if self.reranked else "")
             + (f"; {len(self.picked)} took the runner-up stored as faster in this module" if self.picked
                else "")
-            + (f"; Winograd: {wg}" if wg else "")
+            + (f"; {wg}" if wg else "")
         )
 
     def to_json(self) -> dict:
@@ -339,7 +344,7 @@ class CompileSummary:
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "reranked": self.reranked,
             "picked": self.picked,
-            "winograd": self.winograd,
+            "forms": self.forms,
         }
 
 
@@ -528,6 +533,7 @@ def compile_model(
     verbose: bool = True,
     rerank: int = 1,
     winograd: int | Sequence[int] | None = None,
+    strassen: bool | None = None,
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -540,20 +546,23 @@ def compile_model(
     1: each task takes the pick that tuning stored for this module in ``db`` where it still holds
     (``rerank.apply_picks``), else its best record.
     ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
-    F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_winograd``; tune with the
+    F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_forms``; tune with the
     same sizes); None: the target kind's default (``winograd.DEFAULT_SIZES``), 0 or (): direct.
+    ``strassen``: each large product by a constant matrix computed directly or by one level of
+    Strassen's algorithm, whichever ``db`` records as fastest; None: the target kind's default
+    (``strassen.DEFAULT_ON``).
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()
-    sizes = default_sizes(target.kind, winograd)
+    forms = default_forms(target.kind, winograd, strassen)
     if layout not in LAYOUTS:
         raise GraphError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     if isinstance(model, Prepared):
         prepared = model
     elif layout == "auto":
-        prepared = choose_layout(model, target, db, input_shapes, sizes)
+        prepared = choose_layout(model, target, db, input_shapes, forms)
     else:
-        prepared = choose_winograd(model, target, db, layout, sizes, input_shapes)
+        prepared = choose_forms(model, target, db, layout, forms, input_shapes)
     t1 = time.perf_counter()
     by_key: dict[str, KernelChoice] = {}
     choices: list[KernelChoice] = []
@@ -593,7 +602,7 @@ def compile_model(
         seconds={"passes": t1 - t0, "schedules": t2 - t1, "build": t3 - t2},
         reranked=reranked,
         picked=picked,
-        winograd=dict(prepared.winograd_convs),
+        forms=dict(prepared.forms),
     )
     if verbose:
         print(summary.line(), file=sys.stderr, flush=True)

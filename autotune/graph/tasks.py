@@ -51,6 +51,8 @@ _SHORT = {
     "AveragePool": "avg_pool",
     "WinogradInput": "winograd_in",
     "WinogradOutput": "winograd_out",
+    "StrassenInput": "strassen_in",
+    "StrassenOutput": "strassen_out",
 }
 
 

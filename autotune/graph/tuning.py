@@ -21,7 +21,7 @@ from ..search.context import TuneContext
 from ..search.measure_batch import Trial, WorkloadMeasurer
 from ..search.tune import TuneSummary, _progress, _record, register, summarize, where_time_went
 from ..target import Target
-from .compiler import Prepared, conv_forms
+from .compiler import Prepared, node_forms
 from .scheduler import Form, GradientScheduler
 from .tasks import Task
 
@@ -111,14 +111,14 @@ def scheduler_weights(
     prepared: Sequence[Prepared], tasks: Sequence[ModelTask]
 ) -> tuple[list[float], list[list[Form]]]:
     """The scheduler's view of ``tasks`` (``model_tasks(prepared)``): each task's calls outside
-    alternative forms, and each convolution's forms (direct and Winograd; see
-    ``compiler.conv_forms``) as lists of (task index, calls). Preparations in several layouts are
+    alternative forms, and the ways of each node that has forms (direct, Winograd, Strassen; see
+    ``compiler.node_forms``) as lists of (task index, calls). Preparations in several layouts are
     alternatives of the whole model: there every task counts with its calls and there are no
     per-convolution choices."""
-    if len({p.layout for p in prepared}) > 1 or not any(p.winograd_convs for p in prepared):
+    if len({p.layout for p in prepared}) > 1 or not any(p.forms for p in prepared):
         return [float(mt.weight) for mt in tasks], []
     index = {mt.task.key: i for i, mt in enumerate(tasks)}
-    forms, shared = conv_forms(prepared)
+    forms, shared = node_forms(prepared)
     weights = [0.0] * len(tasks)
     for k in shared:
         weights[index[k]] += 1.0

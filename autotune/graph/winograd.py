@@ -22,7 +22,7 @@ so no table is read at run time.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence, Union
+from typing import Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from autotune import te
 from autotune.te import tensor as T
 from autotune.te.expr import Expr, all_of, as_expr
 
+from .forms import Form, coefficient, register_form, weighted
 from .ir import Graph, GraphError, Node, TensorType
 from .ops import REDUCE, Arg, Consts, Types, conv_params, float_only, is_uniform_conv, register, same
 
@@ -92,12 +93,6 @@ def transform_weight(w: np.ndarray, m: int) -> np.ndarray:
     _, g, _ = matrices(m)
     u = np.einsum("xi,yj,ijck->xyck", g, g, w.astype(np.float64))
     return np.ascontiguousarray(u.astype(w.dtype))
-
-
-def describe_forms(convs: Mapping[str, int]) -> str:
-    """``"6 convs as F(2x2,3x3), 7 convs as F(4x4,3x3)"`` of a conv -> m plan ("" if empty)."""
-    counts = {m: sum(v == m for v in convs.values()) for m in sorted(set(convs.values()))}
-    return ", ".join(f"{k} conv{'s' * (k != 1)} as F({m}x{m},3x3)" for m, k in counts.items())
 
 
 def tiles(out_h: int, out_w: int, m: int) -> tuple[int, int]:
@@ -177,28 +172,6 @@ class _WinogradOutput:
 
 
 # --- tensor expressions --------------------------------------------------------------------------
-def _coeff(table: np.ndarray, row: Expr, col: int) -> Expr | None:
-    """``table[row, col]`` for a symbolic row, as literals chosen by ``select`` (None if the
-    column is all zero)."""
-    vals = [float(v) for v in table[:, col]]
-    if not any(vals):
-        return None
-    out: Expr = as_expr(vals[-1])
-    for r in range(len(vals) - 2, -1, -1):
-        out = T.select(row <= r, vals[r], out)
-    return out
-
-
-def _weighted(terms: Sequence[tuple[Expr | None, Expr]]) -> Expr:
-    out: Expr | None = None
-    for c, v in terms:
-        if c is None:
-            continue
-        out = c * v if out is None else out + c * v
-    assert out is not None
-    return out
-
-
 def _tile_index(p: Expr, n_batch: int, th: int, tw: int) -> tuple[Expr, Expr, Expr]:
     """(n, tile row, tile column) of the flat tile index ``p``."""
     per = th * tw
@@ -220,8 +193,8 @@ def input_transform(attrs: dict, x: te.Tensor, name: str) -> te.Tensor:
             y, xx = ty * m + (i - pad), tx * m + (j - pad)
             return T.select(all_of(y >= 0, y < h, xx >= 0, xx < w), x[n, y, xx, ch], 0.0)
 
-        rows = [_weighted([(_coeff(bt, nu, j), d(i, j)) for j in range(a)]) for i in range(a)]
-        return _weighted([(_coeff(bt, xi, i), row) for i, row in enumerate(rows)])
+        rows = [weighted([(coefficient(bt, nu, j), d(i, j)) for j in range(a)]) for i in range(a)]
+        return weighted([(coefficient(bt, xi, i), row) for i, row in enumerate(rows)])
 
     return T.compute((a, a, n_batch * th * tw, c), body, name=name, tag="winograd_input")
 
@@ -236,10 +209,11 @@ def output_transform(attrs: dict, mm: te.Tensor, name: str) -> te.Tensor:
         p = (n * th + y // m) * tw + xx // m
         u, v = y % m, xx % m
         rows = [
-            (_coeff(at, u, xi), _weighted([(_coeff(at, v, nu), mm[xi, nu, p, ch]) for nu in range(a)]))
+            (coefficient(at, u, xi),
+             weighted([(coefficient(at, v, nu), mm[xi, nu, p, ch]) for nu in range(a)]))
             for xi in range(a)
         ]
-        return _weighted(rows)
+        return weighted(rows)
 
     return T.compute((n_batch, oh, ow, k), body, name=name, tag="winograd_output")
 
@@ -269,38 +243,39 @@ def eligible(g: Graph, conv: Node) -> bool:
 SUFFIXES = ("/wg_in", "/wg_gemm", "/wg_out")  # node names of a rewritten conv: its name + these
 
 
-Plan = Union[int, Mapping[str, int]]  # m for every eligible convolution, or conv name -> m
+def rewrite(g: Graph, conv: Node, m: int) -> list[Node]:
+    """``conv`` as WinogradInput -> MatMul -> WinogradOutput (+ bias Add), nodes named
+    ``conv.name + SUFFIXES[i]``; its transformed weight added to ``g``."""
+    from .passes import _add_const, _new_value
+
+    x, wname = conv.inputs[0], conv.inputs[1]
+    bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+    y = conv.outputs[0]
+    _, oh, ow, _ = g.types[y].shape
+    attrs = {"m": m, "pad": conv_params(conv)["pad"], "out_h": oh, "out_w": ow}
+    s_in, s_gemm, s_out = (conv.name + s for s in SUFFIXES)
+    u = _add_const(g, wname + f"_winograd{m}", transform_weight(g.consts[wname], m))
+    v = _new_value(g, s_in, TensorType((1,), "float32"))  # types are inferred after the rewrite
+    mm = _new_value(g, s_gemm, TensorType((1,), "float32"))
+    out = [Node("WinogradInput", [x], [v], dict(attrs), s_in), Node("MatMul", [v, u], [mm], {}, s_gemm)]
+    raw = y if bias is None else _new_value(g, s_out, TensorType((1,), "float32"))
+    out.append(Node("WinogradOutput", [mm], [raw], dict(attrs), s_out))
+    if bias is not None:
+        out.append(Node("Add", [raw, bias], [y], {}, g.fresh_name(conv.name + "/bias")))
+    return out
 
 
-def use_winograd(graph: Graph, plan: Plan) -> Graph:
-    """Rewrite eligible convolutions into WinogradInput -> MatMul -> WinogradOutput (+ bias), nodes
-    named ``conv.name + SUFFIXES[i]``: every one with tile size ``plan`` (an int), or those named in
-    ``plan`` (a mapping) with theirs."""
-    from .passes import _add_const, _new_value, eliminate_dead_code, infer_types
+def _form(m: int) -> Form:
+    return Form(
+        name=f"winograd{m}",
+        label=f"F({m}x{m},3x3)",
+        what="conv",
+        suffixes=SUFFIXES,
+        eligible=eligible,
+        rewrite=lambda g, conv: rewrite(g, conv, m),
+        recognizes=lambda n: n.op == "WinogradInput" and int(n.attrs["m"]) == m,
+    )
 
-    for m in [plan] if isinstance(plan, int) else plan.values():
-        matrices(m)  # validates m
-    g = graph.copy()
-    out: list[Node] = []
-    for conv in g.nodes:
-        m = plan if isinstance(plan, int) else plan.get(conv.name, 0)
-        if not m or not eligible(g, conv):
-            out.append(conv)
-            continue
-        x, wname = conv.inputs[0], conv.inputs[1]
-        bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
-        y = conv.outputs[0]
-        _, oh, ow, _ = g.types[y].shape
-        attrs = {"m": m, "pad": conv_params(conv)["pad"], "out_h": oh, "out_w": ow}
-        s_in, s_gemm, s_out = (conv.name + s for s in SUFFIXES)
-        u = _add_const(g, wname + f"_winograd{m}", transform_weight(g.consts[wname], m))
-        v = _new_value(g, s_in, TensorType((1,), "float32"))  # types are inferred below
-        mm = _new_value(g, s_gemm, TensorType((1,), "float32"))
-        out.append(Node("WinogradInput", [x], [v], dict(attrs), s_in))
-        out.append(Node("MatMul", [v, u], [mm], {}, s_gemm))
-        raw = y if bias is None else _new_value(g, s_out, TensorType((1,), "float32"))
-        out.append(Node("WinogradOutput", [mm], [raw], dict(attrs), s_out))
-        if bias is not None:
-            out.append(Node("Add", [raw, bias], [y], {}, g.fresh_name(conv.name + "/bias")))
-    g.nodes = out
-    return eliminate_dead_code(infer_types(g))
+
+for _m in TILE_SIZES:
+    register_form(_form(_m))

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .. import strassen as _strassen  # noqa: F401  (registers the Strassen form and its operators)
+from .. import winograd as _winograd  # noqa: F401  (registers the Winograd forms and their operators)
+from ..forms import Plan, use_forms
 from ..ir import Graph, GraphError
 from ..ops import FOLD, REWRITE, op_def
-from ..winograd import Plan, use_winograd  # also registers the Winograd operators
 from .canonical import canonicalize_gemm, fuse_gelu, scales_after_products, simplify_transposes
 from .infer import eliminate_dead_code, fold_constants, infer_types
 from .kernel_forms import (
@@ -105,10 +107,10 @@ __all__ = [
 
 # --- the pipeline -----------------------------------------------------------------------------------
 def optimize(
-    graph: Graph, layout: str = "NHWC", winograd: Plan = 0
+    graph: Graph, layout: str = "NHWC", forms: Plan | None = None
 ) -> Graph:
-    """The compiler's pass pipeline, in order; ``winograd`` (a tile size m for every eligible 3x3
-    convolution, or conv name -> m) computes them as F(m x m, 3 x 3) (autotune.graph.winograd);
+    """The compiler's pass pipeline, in order; ``forms`` (one form for every node it fits, or node
+    name -> form) computes nodes by fast algorithms (autotune.graph.forms);
     last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
     g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_one_hot(lower_lrn(g))))))
@@ -124,8 +126,8 @@ def optimize(
     g = convert_layout(g, layout)
     g = sink_views(scales_after_products(simplify_transposes(g)))
     g = fold_constants(g)
-    if winograd:
-        g = use_winograd(g, winograd)
+    if forms:  # a form's kernels may end in views (Strassen's halves of each row): sink them again
+        g = sink_views(use_forms(g, forms))
     g = scalar_results_as_views(g)
     g = absorb_const_operands(g)
     from ..precision import apply_precision  # it runs these passes' inference again

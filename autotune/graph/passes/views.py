@@ -51,6 +51,14 @@ def _operand_in(
     first = next(i for i, d in enumerate(padded) if d != 1)
     k = len(shape_out) - first
     if k > len(shape_src) or tuple(shape_out[first:]) != tuple(shape_src[len(shape_src) - k:]):
+        # an operand as large as the last dims it spans (no broadcast inside them): the same
+        # elements in the source's last dims of that size (a bias over a row the view splits)
+        span = int(np.prod(shape_out[first:], dtype=np.int64))
+        if tuple(padded[first:]) != tuple(shape_out[first:]):
+            return None
+        for j in range(len(shape_src) - 1, -1, -1):
+            if int(np.prod(shape_src[j:], dtype=np.int64)) == span:
+                return tuple(shape_src[j:])
         return None
     if any(a != b for a, b in zip(padded[first:], shape_out[first:]) if a != 1):
         return None

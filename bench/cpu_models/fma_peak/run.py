@@ -76,8 +76,10 @@ def fma_peak(lanes: int) -> tuple[float, int]:
 
 def model_tasks(model: str, db_path: str | None) -> list:
     """The tasks of the model's compiled kernels: as compile.py prepares the model with the database
-    ``db_path`` (Winograd forms by its records), or with direct convolutions when there is none."""
-    from autotune.graph.compiler import choose_winograd, prepare
+    ``db_path`` (Winograd and Strassen forms by its records), or with direct kernels only when
+    there is none."""
+    from autotune.graph.compiler import choose_forms, prepare
+    from autotune.graph.forms import default_forms
     from autotune.target import cpu_target
 
     if db_path is None:
@@ -85,7 +87,7 @@ def model_tasks(model: str, db_path: str | None) -> list:
     from records import TuningDatabase
 
     with TuningDatabase(db_path, readonly=True) as db:
-        return choose_winograd(model, cpu_target(), db, "NHWC", (2, 4)).tasks
+        return choose_forms(model, cpu_target(), db, "NHWC", default_forms("cpu")).tasks
 
 
 def task_table(tasks: list, db_path: str, peak: float) -> list[dict]:

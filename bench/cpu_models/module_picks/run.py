@@ -14,18 +14,17 @@ import shutil
 import sqlite3
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotune.aligned import aligned_empty  # noqa: E402
-from autotune.cli.bench import time_callable  # noqa: E402
-from autotune.cli.model import QUIET_GAP_S, build_module, chosen_form, load, onnxruntime_session  # noqa: E402
+from interleaved import check_and_time  # noqa: E402
+
+from autotune.cli.model import build_module, chosen_form, load  # noqa: E402
 from autotune.graph.rerank import store_picks  # noqa: E402
-from autotune.graph.runtime import check_inputs  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
 from records import TuningDatabase  # noqa: E402
 
@@ -54,27 +53,8 @@ def main() -> None:
             modules[name] = build_module(model, target, db, "NHWC")
     shutil.rmtree(tmp)
     assert modules["module_picks"].summary.picked == done.changed
-    g = modules["best_records"].graph
-    feeds = modules["best_records"].random_inputs(np.random.default_rng(0))
-    arrays = check_inputs(g, feeds)
-    outs = [aligned_empty(g.types[o].shape, g.types[o].dtype) for o in g.outputs]
-    sess = onnxruntime_session(model)
-    ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-    expect = sess.run(None, ort_feeds)
-    scale = max(float(np.max(np.abs(e))) for e in expect)
-    errors = {}
-    for name, m in modules.items():
-        m.executable.run(arrays, outs)
-        errors[name] = max(float(np.max(np.abs(o - e))) for o, e in zip(outs, expect))
-        assert errors[name] <= 1e-4 * max(1.0, scale), f"{name}: max abs err {errors[name]}"
-    times: dict[str, list[float]] = {k: [] for k in [*modules, "onnxruntime"]}
-    for r in range(rounds):
-        for name in list(modules)[:: 1 if r % 2 == 0 else -1]:
-            time.sleep(QUIET_GAP_S)
-            times[name].append(float(np.median(modules[name].executable.time(arrays, outs, 9, 0.0))))
-        time.sleep(QUIET_GAP_S)
-        ort = time_callable(lambda f: sess.run(None, f), [ort_feeds], 9, 0.0)
-        times["onnxruntime"].append(float(np.median(ort)))
+    done_ab = check_and_time(model, modules, rounds)
+    errors, times = done_ab["max_abs_err"], done_ab["times"]
     med = {name: float(np.median(v)) for name, v in times.items()}
     ratio = [a / b for a, b in zip(times["module_picks"], times["best_records"])]
     result = {

@@ -1,0 +1,77 @@
+"""Does one level of Strassen's algorithm make a tuned model faster? The model compiled twice from
+one tuning database, its products by constant matrices direct (``--strassen off``) and in the
+form the records choose (``--strassen on``, the CPU default), both checked against onnxruntime and
+timed with it in interleaved rounds in one process; then both profiled call by call.
+
+    python bench/cpu_models/strassen/run.py MODEL DB OUT.json [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from interleaved import check_and_time  # noqa: E402
+
+from autotune.aligned import aligned_empty  # noqa: E402
+from autotune.cli.model import build_module, load  # noqa: E402
+from autotune.graph.runtime import check_inputs  # noqa: E402
+from autotune.target import cpu_target  # noqa: E402
+from records import TuningDatabase  # noqa: E402
+
+
+def by_task(module, arrays: list, outs: list, runs: int = 10) -> dict[str, float]:  # noqa: ANN001
+    """Milliseconds per model run spent in each task's calls (median over ``runs`` profiled runs)."""
+    calls = module.prepared.calls
+    per_call = np.median(module.executable.profile(arrays, outs, runs, len(calls)), axis=0)
+    out: dict[str, float] = defaultdict(float)
+    for c, t in zip(calls, per_call):
+        out[module.prepared.tasks[c.task].label] += float(t) * 1e3
+    return {k: round(v, 4) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def main() -> None:
+    spec, db_path, out_path = sys.argv[1:4]
+    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+    target, model = cpu_target(), load(spec, [])
+    with TuningDatabase(db_path, readonly=True) as db:
+        modules = {"direct": build_module(model, target, db, "NHWC", strassen=False),
+                   "strassen": build_module(model, target, db, "NHWC", strassen=True)}
+    done = check_and_time(model, modules, rounds)
+    times = done["times"]
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    g = modules["direct"].graph
+    arrays = check_inputs(g, modules["direct"].random_inputs(np.random.default_rng(1)))
+    result = {
+        "model": spec, "db": db_path, "rounds": rounds,
+        "products_as_strassen": sum(f == "strassen" for f in modules["strassen"].summary.forms.values()),
+        "estimated_ms": {k: round(m.summary.estimated_s * 1e3, 4) if m.summary.estimated_s else None
+                         for k, m in modules.items()},
+        "max_abs_err": done["max_abs_err"],
+        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
+        "strassen_over_direct_per_round_median": round(float(np.median(
+            [a / b for a, b in zip(times["strassen"], times["direct"])])), 4),
+        "onnxruntime_over_direct": round(med["onnxruntime"] / med["direct"], 4),
+        "onnxruntime_over_strassen": round(med["onnxruntime"] / med["strassen"], 4),
+        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+    }
+    profiles = {}
+    for name, m in modules.items():
+        outs = [aligned_empty(g.types[o].shape, g.types[o].dtype) for o in g.outputs]
+        profiles[name] = by_task(m, arrays, outs)
+    result["profile_ms_by_task"] = profiles
+    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: result[k] for k in (
+        "products_as_strassen", "estimated_ms", "median_ms", "strassen_over_direct_per_round_median",
+        "onnxruntime_over_direct", "onnxruntime_over_strassen")}))
+
+
+if __name__ == "__main__":
+    main()
