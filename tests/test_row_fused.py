@@ -69,3 +69,27 @@ def test_records_from_before_the_knob_are_tuned_on(tmp_path, kernel_builder, ker
         assert summary.new_trials == 3 and summary.errors == 0
         new = [r.config for r in db.measurements(wl.key, host_target.key) if "row_fused" in r.config]
         assert {c["row_fused"] for c in new} == {1}  # the three unfused ones are known already
+
+
+def test_records_of_a_space_that_named_its_knobs_otherwise_are_skipped(tmp_path, kernel_builder,  # noqa: ANN001
+                                                                       kernel_runner, host_target) -> None:  # noqa: ANN001
+    """A record whose config names knobs the space no longer has (an axis renamed since) is left
+    out of the model-guided tuner's training data; the tuner failed with a KeyError on it and the
+    task was dropped from a model's tuning."""
+    from autotune.measure import RunOptions
+    from autotune.search import TuneOptions, tune_workload
+    from autotune.search.tune import register
+    from records import MeasurementRecord, TuningDatabase
+
+    wl = te.make_workload("layernorm", "64,96")
+    space = make_space(wl, host_target)
+    with TuningDatabase(tmp_path / "renamed.db") as db:
+        register(db, wl, host_target)
+        steps = [s.to_dict() for s in space.steps(space.default_config())]
+        for i in range(12):
+            db.add_measurement(MeasurementRecord(wl.key, host_target.key, {"tile_z0": [i + 1, 64]}, steps,
+                                                 ((i + 1) * 1e-5,), None, verified=True))
+        options = TuneOptions(trials=15, strategy="xgb", seed=0, batch_size=3, progress=False, confirm=0,
+                              run=RunOptions(repeat=2, min_repeat_ms=1.0, timeout_s=20.0))
+        summary = tune_workload(wl, host_target, db, options, kernel_builder, kernel_runner)
+        assert summary.new_trials == 3 and summary.errors == 0

@@ -104,8 +104,12 @@ class ModelTuner:
         """Earlier measurements of this task in the DB (a resumed session) are training data."""
         if self.ctx is None or self.ctx.db is None:
             return
+        names = [k.name for k in self.space.knobs]
         for rec in self.ctx.db.measurements(self.ctx.workload.key, self.ctx.target.key):
             config = self.space.completed(rec.config)  # (recorded before a knob was added)
+            if any(n not in config for n in names):  # a space that named its knobs otherwise
+                self.seen.add(config_key(rec.config))
+                continue
             self.measured.append((config, rec.mean_s))
             self.seen |= {config_key(rec.config), config_key(config)}
             self.best_cost = min(self.best_cost, rec.mean_s)
