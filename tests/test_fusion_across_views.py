@@ -233,3 +233,17 @@ def test_scaled_operands_of_a_product_become_its_epilogue(tmp_path) -> None:  # 
     g.consts["s"] = f32(8)
     g.types["s"] = TensorType((8,))
     assert _kernel_ops(passes.infer_types(g)) == [["Mul"], ["Transpose", "MatMul", "Div"]]
+
+
+def test_a_bias_over_a_row_the_view_splits_is_viewed_in_the_sources_last_dims() -> None:
+    from autotune.graph.passes.views import _operand_in
+
+    # a kernel computing [rows, 2, half] (a row's two halves), viewed as [1, rows, 2 * half]
+    assert _operand_in((1, 8, 32), (8, 2, 16), (32,)) == (2, 16)
+    assert _operand_in((1, 8, 32), (8, 2, 16), (1, 8, 32)) == (8, 2, 16)
+    assert _operand_in((1, 8, 32), (8, 2, 16), (1, 32)) == (2, 16)
+    # the row split in more than two dims; a source whose last dims never hold 32 elements
+    assert _operand_in((8, 32), (8, 4, 8), (32,)) == (4, 8)
+    assert _operand_in((8, 32), (16, 16), (32,)) is None
+    # a bias over half of the source's row (it repeats along it): no view of it is the source's
+    assert _operand_in((8, 2, 16), (8, 32), (1, 16)) is None
