@@ -12,34 +12,35 @@ import numpy as np
 from autotune.aligned import aligned_empty
 from autotune.cli.bench import time_callable
 from autotune.cli.model import QUIET_GAP_S, onnxruntime_session
+from autotune.graph.feeds import random_inputs
+from autotune.graph.ir import Graph
 from autotune.graph.runtime import check_inputs
 
 
-def check_and_time(model: Any, modules: Mapping[str, Any], rounds: int, repeat: int = 9) -> dict:
-    """Every module's outputs against onnxruntime's on one random input (max abs error within
-    1e-4 of the output scale, else AssertionError), then each module and onnxruntime timed in
-    ``rounds`` rounds (modules in alternating order, a quiet gap before each block): median of
-    ``repeat`` runs per block. Returns ``{"max_abs_err": {name: e}, "times": {name: [s, ...]}}``."""
-    first = next(iter(modules.values()))
-    g = first.graph
-    feeds = first.random_inputs(np.random.default_rng(0))
-    arrays = check_inputs(g, feeds)
-    outs = [aligned_empty(g.types[o].shape, g.types[o].dtype) for o in g.outputs]
+def check_and_time(model: Any, graph: Graph, runs: Mapping[str, Any], rounds: int, repeat: int = 9) -> dict:
+    """Every loaded module of ``graph`` in ``runs`` (name -> executable) against onnxruntime on one
+    random input (max abs error within 1e-4 of the output scale, else AssertionError), then each
+    and onnxruntime timed in ``rounds`` rounds (the modules in alternating order, a quiet gap
+    before each block): median of ``repeat`` runs per block. Returns ``{"max_abs_err": {name: e},
+    "times": {name: [s, ...]}, "arrays": inputs, "outs": outputs}`` (the buffers, for profiles)."""
+    feeds = random_inputs(graph, np.random.default_rng(0))
+    arrays = check_inputs(graph, feeds)
+    outs = [aligned_empty(graph.types[o].shape, graph.types[o].dtype) for o in graph.outputs]
     sess = onnxruntime_session(model)
     ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
     expect = sess.run(None, ort_feeds)
     scale = max(float(np.max(np.abs(e))) for e in expect)
     errors = {}
-    for name, m in modules.items():
-        m.executable.run(arrays, outs)
+    for name, ex in runs.items():
+        ex.run(arrays, outs)
         errors[name] = max(float(np.max(np.abs(o - e))) for o, e in zip(outs, expect))
         assert errors[name] <= 1e-4 * max(1.0, scale), f"{name}: max abs err {errors[name]}"
-    times: dict[str, list[float]] = {k: [] for k in [*modules, "onnxruntime"]}
+    times: dict[str, list[float]] = {k: [] for k in [*runs, "onnxruntime"]}
     for r in range(rounds):
-        for name in list(modules)[:: 1 if r % 2 == 0 else -1]:
+        for name in list(runs)[:: 1 if r % 2 == 0 else -1]:
             time.sleep(QUIET_GAP_S)
-            times[name].append(float(np.median(modules[name].executable.time(arrays, outs, repeat, 0.0))))
+            times[name].append(float(np.median(runs[name].time(arrays, outs, repeat, 0.0))))
         time.sleep(QUIET_GAP_S)
         ort = time_callable(lambda f: sess.run(None, f), [ort_feeds], repeat, 0.0)
         times["onnxruntime"].append(float(np.median(ort)))
-    return {"max_abs_err": errors, "times": times}
+    return {"max_abs_err": errors, "times": times, "arrays": arrays, "outs": outs}

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotune.aligned import aligned_empty  # noqa: E402
-from autotune.cli.model import QUIET_GAP_S, build_module, load, onnxruntime_session  # noqa: E402
-from autotune.graph.runtime import CpuExecutable, check_inputs  # noqa: E402
+from interleaved import check_and_time  # noqa: E402
+
+from autotune.cli.model import build_module, load  # noqa: E402
+from autotune.graph.runtime import CpuExecutable  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
 from records import TuningDatabase  # noqa: E402
 
@@ -34,32 +35,8 @@ def main() -> None:
         "4k_pages": CpuExecutable(ex.lib_path, ex.entry_name, ex.graph, ex.plan, huge_pages=False),
         "huge_pages": CpuExecutable(ex.lib_path, ex.entry_name, ex.graph, ex.plan, huge_pages=True),
     }
-    g = module.graph
-    feeds = module.random_inputs(np.random.default_rng(0))
-    arrays = check_inputs(g, feeds)
-    outs = [aligned_empty(g.types[o].shape, g.types[o].dtype) for o in g.outputs]
-    sess = onnxruntime_session(model)
-    ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-    expect = sess.run(None, ort_feeds)
-    for name, v in variants.items():
-        v.run(arrays, outs)
-        err = max(float(np.max(np.abs(o - e))) for o, e in zip(outs, expect))
-        scale = max(float(np.max(np.abs(e))) for e in expect)
-        assert err <= 1e-4 * max(1.0, scale), f"{name}: max abs err {err}"
-    times: dict[str, list[float]] = {k: [] for k in [*variants, "onnxruntime"]}
-    for r in range(rounds):
-        # a quiet gap before each side (onnxruntime's pool threads spin on after a run), and the two
-        # variants in alternating order
-        for name in list(variants)[:: 1 if r % 2 == 0 else -1]:
-            time.sleep(QUIET_GAP_S)
-            times[name].append(float(np.median(variants[name].time(arrays, outs, 9, 0.0))))
-        time.sleep(QUIET_GAP_S)
-        t = []
-        for _ in range(9):
-            t0 = time.perf_counter()
-            sess.run(None, ort_feeds)
-            t.append(time.perf_counter() - t0)
-        times["onnxruntime"].append(float(np.median(t)))
+    done = check_and_time(model, module.graph, variants, rounds)
+    times, arrays, outs = done["times"], done["arrays"], done["outs"]
     profile = {name: np.median(v.profile(arrays, outs, 20, len(module.prepared.calls)), axis=0)
                for name, v in variants.items()}
     labels = [module.prepared.tasks[c.task].label for c in module.prepared.calls]

@@ -20,9 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from interleaved import check_and_time  # noqa: E402
 
-from autotune.aligned import aligned_empty  # noqa: E402
 from autotune.cli.model import build_module, load  # noqa: E402
-from autotune.graph.runtime import check_inputs  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
 from records import TuningDatabase  # noqa: E402
 
@@ -44,11 +42,10 @@ def main() -> None:
     with TuningDatabase(db_path, readonly=True) as db:
         modules = {"direct": build_module(model, target, db, "NHWC", strassen=False),
                    "strassen": build_module(model, target, db, "NHWC", strassen=True)}
-    done = check_and_time(model, modules, rounds)
+    runs = {k: m.executable for k, m in modules.items()}
+    done = check_and_time(model, modules["direct"].graph, runs, rounds)
     times = done["times"]
     med = {k: float(np.median(v)) for k, v in times.items()}
-    g = modules["direct"].graph
-    arrays = check_inputs(g, modules["direct"].random_inputs(np.random.default_rng(1)))
     result = {
         "model": spec, "db": db_path, "rounds": rounds,
         "products_as_strassen": sum(f == "strassen" for f in modules["strassen"].summary.forms.values()),
@@ -62,11 +59,7 @@ def main() -> None:
         "onnxruntime_over_strassen": round(med["onnxruntime"] / med["strassen"], 4),
         "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
     }
-    profiles = {}
-    for name, m in modules.items():
-        outs = [aligned_empty(g.types[o].shape, g.types[o].dtype) for o in g.outputs]
-        profiles[name] = by_task(m, arrays, outs)
-    result["profile_ms_by_task"] = profiles
+    result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
     Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: result[k] for k in (
         "products_as_strassen", "estimated_ms", "median_ms", "strassen_over_direct_per_round_median",
