@@ -402,7 +402,7 @@ class TuningDatabase:
         )
         return {r[0]: int(r[1]) for r in rows}
 
-    def search_top(self, workload_key: str, target_key: str, k: int) -> list[MeasurementRecord]:
+    def search_top(self, workload_key: str, target_key: str, k: int | None) -> list[MeasurementRecord]:
         """The ``k`` fastest configs by their search records alone (confirmations left out), one
         record each: a tuning run's finalists, the same however far their confirmation got."""
         sql = """SELECT * FROM (

@@ -467,7 +467,7 @@ def test_a_lone_finalist_is_confirmed_so_one_outlier_timing_is_not_its_time() ->
     db = TuningDatabase(":memory:")
     register(db, wl, target)
     db.add_measurements([_record(wl, target, Trial({}, [], (10e-3,), None, "", 0.0), "xgb", space.version)])
-    assert missing_confirmations(db, wl, target, 3, 2) == {config_key({}): 2}
+    assert missing_confirmations(db, wl, target, 3, 2, space) == {config_key({}): 2}
 
     class Quiet:
         def measure(self, configs, steps):  # noqa: ANN001, ANN201 - the measurer's interface
@@ -475,7 +475,33 @@ def test_a_lone_finalist_is_confirmed_so_one_outlier_timing_is_not_its_time() ->
 
     assert confirm_finalists(db, wl, target, space, Quiet(), 3, 2) == 2
     assert db.best(wl.key, target.key).mean_s == pytest.approx(2e-6)
-    assert missing_confirmations(db, wl, target, 3, 2) == {}
+    assert missing_confirmations(db, wl, target, 3, 2, space) == {}
+
+
+def test_finalists_are_the_fastest_configs_the_space_can_build() -> None:
+    """A record from an older space whose config names a knob this space does not have (an older
+    axis naming) cannot be measured again: it is not a finalist, so confirmation (which builds the
+    finalists) does not fail on it, and the next fastest config the space can build is one."""
+    from autotune.search.confirm import finalists, missing_confirmations
+    from autotune.search.measure_batch import Trial
+    from autotune.search.tune import _record, register
+    from autotune.target import cpu_target
+    from autotune.te import make_workload
+    from schedules import make_space
+
+    wl, target = make_workload("matmul", "32x32x32"), cpu_target()
+    space = make_space(wl, target)
+    db = TuningDatabase(":memory:")
+    register(db, wl, target)
+    rng = np.random.default_rng(0)
+    good = [space.sample(rng) for _ in range(2)]
+    foreign = {**good[0], "tile_z": [1, 1, 1, 32]}
+    foreign.pop(next(k.name for k in space.knobs if k.name.startswith("tile_")))
+    assert not space.is_valid(space.completed(foreign))
+    db.add_measurements([_record(wl, target, Trial(c, [], (t,), None, "", 0.0), "xgb", space.version)
+                         for c, t in [(foreign, 1e-6), (good[0], 3e-6), (good[1], 2e-6)]])
+    assert [r.config for r in finalists(db, wl, target, 2, space)] == [good[1], good[0]]
+    assert set(missing_confirmations(db, wl, target, 1, 2, space)) == {config_key(good[1])}
 
 
 def test_a_task_confirmed_in_a_slow_phase_keeps_its_search_time(monkeypatch) -> None:
@@ -510,7 +536,7 @@ def test_a_task_confirmed_in_a_slow_phase_keeps_its_search_time(monkeypatch) -> 
     assert confirm_finalists(db, wl, target, space, slow, 3, 2) == 0
     assert slow.calls == confirm.START_RETRIES + 1
     assert db.best(wl.key, target.key).mean_s == pytest.approx(10e-6)
-    assert missing_confirmations(db, wl, target, 3, 2) == {config_key({}): 2}
+    assert missing_confirmations(db, wl, target, 3, 2, space) == {config_key({}): 2}
     assert confirm_finalists(db, wl, target, space, Phase(1.2), 3, 2) == 2
     assert db.best(wl.key, target.key).mean_s == pytest.approx(12e-6)
 

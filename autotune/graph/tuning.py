@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from records import TuningDatabase, config_key
 from records.owner import process_owner
-from schedules import make_space
+from schedules import SearchSpace, make_space
 
 from ..search import TuneOptions, make_tuner
 from ..search.confirm import confirm_finalists, missing_confirmations
@@ -307,9 +307,13 @@ def tune_model(
             finished_round(i, new, want)
     if bar is not None:
         bar.close()
+    def space_of(i: int) -> SearchSpace:
+        return sessions[i].space if i in sessions else make_space(tasks[i].task.workload, target)
+
     confirmed = 0
     for i, mt in enumerate(tasks):  # finalists missing confirmations (this run's or a killed run's)
-        if not missing_confirmations(db, mt.task.workload, target, options.confirm, options.confirm_rounds):
+        if not missing_confirmations(db, mt.task.workload, target, options.confirm, options.confirm_rounds,
+                                     space_of(i)):
             continue
         try:
             if i not in sessions:
@@ -322,10 +326,10 @@ def tune_model(
     if confirmed:
         log(f"confirmed the finalists: {confirmed} re-measurements")
     elapsed = time.perf_counter() - start
-    for mt in tasks:
+    for i, mt in enumerate(tasks):
         mt.summary = summarize(db, mt.task.workload, target, mt.new_trials, 0, elapsed)
         mt.summary.unconfirmed = len(missing_confirmations(db, mt.task.workload, target, options.confirm,
-                                                           options.confirm_rounds))
+                                                           options.confirm_rounds, space_of(i)))
     waiting = sum(bool(mt.summary.unconfirmed) for mt in tasks)
     if waiting:
         log(f"{waiting} task(s) left with unconfirmed finalists; rerun the same command to confirm them")

@@ -41,15 +41,26 @@ RETRIES = 4  # re-measurements of a round's disturbed finalists before the round
 BACKOFF_S = 1.0  # wait before a retry, doubled each time
 
 
-def finalists(db: TuningDatabase, wl: Workload, target: Target, top: int) -> list[MeasurementRecord]:
-    """The ``top`` fastest configs by search records alone: fixed while their confirmation runs."""
-    return db.search_top(wl.key, target.key, top) if top > 0 else []
+def finalists(db: TuningDatabase, wl: Workload, target: Target, top: int,
+              space: SearchSpace) -> list[MeasurementRecord]:
+    """The ``top`` fastest configs by search records alone that ``space`` can build (a record
+    from an older space that named its knobs otherwise is left out): fixed while their
+    confirmation runs."""
+    if top <= 0:
+        return []
+    out: list[MeasurementRecord] = []
+    for rec in db.search_top(wl.key, target.key, None):
+        if space.is_valid(space.completed(rec.config)):
+            out.append(rec)
+            if len(out) == top:
+                break
+    return out
 
 
 def missing_confirmations(db: TuningDatabase, wl: Workload, target: Target, top: int,
-                          rounds: int) -> dict[str, int]:
+                          rounds: int, space: SearchSpace) -> dict[str, int]:
     """config_key -> confirmations each finalist still lacks (empty: nothing to do)."""
-    chosen = finalists(db, wl, target, top) if rounds > 0 else []
+    chosen = finalists(db, wl, target, top, space) if rounds > 0 else []
     if not chosen:
         return {}
     # a lone finalist (a space of one config) is confirmed too: there is nothing to choose between,
@@ -68,14 +79,14 @@ def confirm_finalists(db: TuningDatabase, wl: Workload, target: Target, space: S
     process is confirming are left to it (claims). The fastest of hundreds of noisy measurements
     overstates its config; TuningDatabase.best ranks the confirmed finalists by their median record,
     so the best-known schedule becomes the one that is fastest on repeat."""
-    need = missing_confirmations(db, wl, target, top, rounds)
+    need = missing_confirmations(db, wl, target, top, rounds, space)
     if not need:
         return 0
-    chosen = finalists(db, wl, target, top)
+    chosen = finalists(db, wl, target, top, space)
     owner = process_owner()
     granted = set(db.claim(wl.key, target.key, [confirm_claim_key(k) for k in need], owner))
     mine = {k: n for k, n in need.items() if confirm_claim_key(k) in granted}
-    by_key = {config_key(r.config): r.config for r in chosen}
+    by_key = {config_key(r.config): space.completed(r.config) for r in chosen}
     reference = chosen[0]
     rng = np.random.default_rng(0)
     added = 0

@@ -187,7 +187,7 @@ def tune_workload(
             time.sleep(CLAIM_WAIT_S)
         # finalists missing confirmations (this run's, or a killed run's) are confirmed now
         if not getattr(measurer, "repeatable", False) and missing_confirmations(
-                db, wl, target, options.confirm, options.confirm_rounds):
+                db, wl, target, options.confirm, options.confirm_rounds, space):
             if measurer is None:
                 measurer = WorkloadMeasurer(wl, target, builder, runner, options.run)
             confirm_finalists(db, wl, target, space, measurer, options.confirm, options.confirm_rounds)
@@ -195,7 +195,8 @@ def tune_workload(
         db.release_claims(owner)
     elapsed = time.perf_counter() - start
     summary = summarize(db, wl, target, new, space.size(), elapsed)
-    summary.unconfirmed = len(missing_confirmations(db, wl, target, options.confirm, options.confirm_rounds))
+    summary.unconfirmed = len(missing_confirmations(db, wl, target, options.confirm, options.confirm_rounds,
+                                                    space))
     if measurer is not None:
         summary.seconds, summary.runner_busy = where_time_went([measurer], elapsed)
     return summary
