@@ -86,20 +86,21 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
     )
     p.add_argument(
         "--strassen",
-        type=on_off,
+        type=strassen_levels,
         default=None,
-        metavar="on|off",
+        metavar="on|off|2",
         help="large products by a constant matrix (dense layers) also by one level of Strassen's "
-        "algorithm (7/8 of the multiply-adds, rounding a few times the product's): tune.py tunes "
-        "both, compile.py / bench.py take the faster per product (default: on for cpu, off for cuda)",
+        "algorithm (7/8 of the multiply-adds, rounding a few times the product's), and with 2 also "
+        "by two nested levels (49/64): tune.py tunes every way, compile.py / bench.py take the "
+        "fastest per product (default: on for cpu, off for cuda)",
     )
 
 
-def on_off(text: str) -> bool:
-    """``on`` / ``off`` (also 1 / 0)."""
-    value = {"on": True, "1": True, "off": False, "0": False}.get(text.strip().lower())
+def strassen_levels(text: str) -> int:
+    """``on`` / ``off`` / ``2`` (also 1 / 0): the most levels of Strassen's algorithm to try."""
+    value = {"on": 1, "1": 1, "off": 0, "0": 0, "2": 2}.get(text.strip().lower())
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r}: on or off")
+        raise argparse.ArgumentTypeError(f"{text!r}: on, off or 2")
     return value
 
 
@@ -357,7 +358,7 @@ def build_module(
     layout: str,
     rerank: int = 1,
     winograd: Sequence[int] | None = None,
-    strassen: bool | None = None,
+    strassen: int | None = None,
 ) -> Any:
     if rerank < 1:
         raise UsageError(f"--rerank must be >= 1, got {rerank}")

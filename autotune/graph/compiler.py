@@ -533,7 +533,7 @@ def compile_model(
     verbose: bool = True,
     rerank: int = 1,
     winograd: int | Sequence[int] | None = None,
-    strassen: bool | None = None,
+    strassen: int | None = None,
 ) -> CompiledModule:
     """Compile a model with the best schedules in ``db`` (default schedules where it has none).
 
@@ -548,9 +548,10 @@ def compile_model(
     ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
     F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_forms``; tune with the
     same sizes); None: the target kind's default (``winograd.DEFAULT_SIZES``), 0 or (): direct.
-    ``strassen``: each large product by a constant matrix computed directly or by one level of
-    Strassen's algorithm, whichever ``db`` records as fastest; None: the target kind's default
-    (``strassen.DEFAULT_ON``).
+    ``strassen``: each large product by a constant matrix computed directly or by up to this many
+    levels of Strassen's algorithm (0 / False: direct; 1 / True: one level; 2: one or two),
+    whichever ``db`` records as fastest; None: the target kind's default
+    (``strassen.DEFAULT_LEVELS``).
     With ``verbose`` the summary line goes to stderr."""
     t0 = time.perf_counter()
     target = target or cpu_target()

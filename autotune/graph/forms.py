@@ -9,8 +9,8 @@ becomes); the first of them tells the form apart (``Form.recognizes``). The form
 
 - ``winograd2`` / ``winograd4``: stride-1 3x3 convolutions as Winograd F(m x m, 3 x 3)
   (``autotune.graph.winograd``);
-- ``strassen``: products with a constant matrix as one level of Strassen's algorithm
-  (``autotune.graph.strassen``).
+- ``strassen`` / ``strassen2``: products with a constant matrix as one or two nested levels of
+  Strassen's algorithm (``autotune.graph.strassen``).
 """
 
 from __future__ import annotations
@@ -96,16 +96,19 @@ def describe(forms: Mapping[str, str]) -> str:
 
 
 def default_forms(kind: str, winograd: int | Sequence[int] | None = None,
-                  strassen: bool | None = None) -> tuple[str, ...]:
+                  strassen: int | None = None) -> tuple[str, ...]:
     """The forms to tune and choose from on a target of ``kind``: Winograd tile sizes ``winograd``
     (None: the kind's default, ``winograd.DEFAULT_SIZES``; 0 or (): none) and Strassen's products
-    (None: the kind's default, ``strassen.DEFAULT_ON``)."""
+    up to ``strassen`` levels (0 or False: none; 1 or True: one level; 2: one and two levels;
+    None: the kind's default, ``strassen.DEFAULT_LEVELS``)."""
     from . import strassen as st
     from . import winograd as wg
 
     names = [f"winograd{m}" for m in wg.default_sizes(kind, winograd)]
-    if st.DEFAULT_ON.get(kind, False) if strassen is None else strassen:
-        names.append("strassen")
+    levels = st.DEFAULT_LEVELS.get(kind, 0) if strassen is None else int(strassen)
+    if levels not in (0, *st.LEVELS):
+        raise GraphError(f"Strassen levels {levels}: valid 0 (off), {', '.join(map(str, st.LEVELS))}")
+    names += ["strassen", "strassen2"][:levels]
     for n in names:
         get_form(n)
     return tuple(names)
