@@ -1,9 +1,10 @@
-"""Does one level of Strassen's algorithm make a tuned model faster? The model compiled twice from
-one tuning database, its products by constant matrices direct (``--strassen off``) and in the
-form the records choose (``--strassen on``, the CPU default), both checked against onnxruntime and
-timed with it in interleaved rounds in one process; then both profiled call by call.
+"""Does Strassen's algorithm make a tuned model faster? The model compiled twice from one tuning
+database, its products by constant matrices with one level fewer (``--strassen off``: direct) and
+in the form the records choose with up to LEVELS levels (``--strassen on``, the CPU default, for
+LEVELS 1; ``--strassen 2`` for 2), both checked against onnxruntime and timed with it in
+interleaved rounds in one process; then both profiled call by call.
 
-    python bench/cpu_models/strassen/run.py MODEL DB OUT.json [ROUNDS]
+    python bench/cpu_models/strassen/run.py MODEL DB OUT.json [ROUNDS] [LEVELS]
 """
 
 from __future__ import annotations
@@ -38,32 +39,34 @@ def by_task(module, arrays: list, outs: list, runs: int = 10) -> dict[str, float
 def main() -> None:
     spec, db_path, out_path = sys.argv[1:4]
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+    levels = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    base, form = ("direct", "strassen") if levels == 1 else ("strassen", f"strassen{levels}")
     target, model = cpu_target(), load(spec, [])
     with TuningDatabase(db_path, readonly=True) as db:
-        modules = {"direct": build_module(model, target, db, "NHWC", strassen=False),
-                   "strassen": build_module(model, target, db, "NHWC", strassen=True)}
+        modules = {base: build_module(model, target, db, "NHWC", strassen=levels - 1),
+                   form: build_module(model, target, db, "NHWC", strassen=levels)}
     runs = {k: m.executable for k, m in modules.items()}
-    done = check_and_time(model, modules["direct"].graph, runs, rounds)
+    done = check_and_time(model, modules[base].graph, runs, rounds)
     times = done["times"]
     med = {k: float(np.median(v)) for k, v in times.items()}
     result = {
-        "model": spec, "db": db_path, "rounds": rounds,
-        "products_as_strassen": sum(f == "strassen" for f in modules["strassen"].summary.forms.values()),
+        "model": spec, "db": db_path, "rounds": rounds, "levels": levels,
+        "forms": {k: m.summary.forms for k, m in modules.items()},
+        f"products_as_{form}": sum(f == form for f in modules[form].summary.forms.values()),
         "estimated_ms": {k: round(m.summary.estimated_s * 1e3, 4) if m.summary.estimated_s else None
                          for k, m in modules.items()},
         "max_abs_err": done["max_abs_err"],
         "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
-        "strassen_over_direct_per_round_median": round(float(np.median(
-            [a / b for a, b in zip(times["strassen"], times["direct"])])), 4),
-        "onnxruntime_over_direct": round(med["onnxruntime"] / med["direct"], 4),
-        "onnxruntime_over_strassen": round(med["onnxruntime"] / med["strassen"], 4),
+        f"{form}_over_{base}_per_round_median": round(float(np.median(
+            [a / b for a, b in zip(times[form], times[base])])), 4),
+        f"onnxruntime_over_{base}": round(med["onnxruntime"] / med[base], 4),
+        f"onnxruntime_over_{form}": round(med["onnxruntime"] / med[form], 4),
         "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
     }
     result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
     Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in (
-        "products_as_strassen", "estimated_ms", "median_ms", "strassen_over_direct_per_round_median",
-        "onnxruntime_over_direct", "onnxruntime_over_strassen")}))
+    long = ("rounds_ms", "profile_ms_by_task", "forms")
+    print(json.dumps({k: v for k, v in result.items() if k not in long}))
 
 
 if __name__ == "__main__":
