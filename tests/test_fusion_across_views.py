@@ -146,16 +146,18 @@ def test_a_view_that_merges_dims_is_not_read_inside_a_product() -> None:
 
 
 def test_two_products_behind_views_give_the_add_to_one_of_them(tmp_path) -> None:  # noqa: ANN001
+    # (two products of different activations: products of one are merged into one product)
     nodes = [Node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
-             Node("MatMul", ["x", "w2"], ["m2"], name="mm2"),
+             Node("MatMul", ["x2", "w2"], ["m2"], name="mm2"),
              Node("Reshape", ["m1", "up"], ["v1"], name="v1"),
              Node("Reshape", ["m2", "up"], ["v2"], name="v2"),
              Node("Add", ["v1", "v2"], ["y"], name="add")]
-    g = build_graph(nodes, {"x": (8, 16)}, ["y"], {"w1": f32(16, 32), "w2": f32(16, 32), "up": i64(1, 8, 32)})
+    g = build_graph(nodes, {"x": (8, 16), "x2": (8, 16)}, ["y"],
+                    {"w1": f32(16, 32), "w2": f32(16, 32), "up": i64(1, 8, 32)})
     assert sorted(_kernel_ops(g)) == [["MatMul"], ["MatMul", "Add"]]
-    x = f32(8, 16)
-    (ref,) = run_graph(g, {"x": x})
-    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run({"x": x})
+    feeds = {"x": f32(8, 16), "x2": f32(8, 16)}
+    (ref,) = run_graph(g, feeds)
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 

@@ -92,10 +92,15 @@ def test_an_anchor_never_absorbs_a_broadcasting_epilogue_or_a_second_anchor() ->
 def test_bert_groups_prologue_transposes_and_epilogues() -> None:
     p = prepare(SMALL_BERT)
     names = [t.workload.name for t in p.tasks]
-    assert "transpose_transpose_batch_matmul_div_add" in names  # Q/K head transposes + scale + mask
+    # Q and K sliced from the merged Q/K/V product, their head transposes, the scale and the mask
+    assert "slice_slice_transpose_transpose_batch_matmul_div" in names
+    scores = next(g for g in p.groups if "Softmax" not in (n.op for n in g.nodes)
+                  and [n.op for n in g.nodes].count("Slice") == 2)
+    assert [n.op for n in scores.nodes][-3:] == ["MatMul", "Div", "Add"]
     assert "matmul_add_gelu" in names and "layernorm" in names and "softmax" in names
-    qkv = next(t for t in p.tasks if t.workload.name == "matmul_add" and t.weight == 3)
-    assert qkv.workload.params["b"] == "32x32"
+    qkv = next(t for t in p.tasks if t.workload.name == "matmul_add" and t.weight == 1
+               and t.workload.params["b"] == "32x96")
+    assert qkv.workload.params["out"] == "1x16x96"
     assert sum(t.weight for t in p.tasks) == len(p.calls) == len(p.groups)
 
 

@@ -95,6 +95,47 @@ def test_gemm_becomes_matmul_with_pretransposed_weights() -> None:
     same_outputs(g, canon)
 
 
+def _siblings(k: int = 6) -> Graph:
+    """x [2, 5, k] times three constant matrices: one plain, one + a bias, one bias + it (the
+    bias first), and a fourth product of another K (x's square-rooted sum is not a sibling)."""
+    return build_graph(
+        [
+            Node("MatMul", ["x", "wq"], ["q"], name="q"),
+            Node("MatMul", ["x", "wk"], ["k0"], name="k"),
+            Node("Add", ["k0", "bk"], ["k"], name="kb"),
+            Node("MatMul", ["x", "wv"], ["v0"], name="v"),
+            Node("Add", ["bv", "v0"], ["v"], name="vb"),
+            Node("Relu", ["v"], ["vr"], name="relu"),
+            Node("MatMul", ["k", "wo"], ["o"], name="o"),
+        ],
+        {"x": (2, 5, k)},
+        ["q", "vr", "o"],
+        {"wq": f32(k, 4), "wk": f32(k, 3), "bk": f32(3), "wv": f32(k, 5), "bv": f32(5), "wo": f32(3, 2)},
+    )
+
+
+def test_products_of_one_activation_by_constant_matrices_become_one() -> None:
+    g = _siblings()
+    merged = passes.merge_sibling_products(g)
+    assert ops(merged) == ["MatMul", "Add", "Slice", "Slice", "Slice", "Relu", "MatMul"]
+    assert merged.consts[merged.nodes[0].inputs[1]].shape == (6, 12)
+    bias = merged.consts[merged.nodes[1].inputs[1]]
+    want = np.concatenate([np.zeros(4, np.float32), g.consts["bk"], g.consts["bv"]])
+    np.testing.assert_array_equal(bias, want)
+    assert merged.outputs == g.outputs
+    same_outputs(g, merged)
+
+
+def test_a_lone_product_or_one_by_a_computed_matrix_is_left_alone() -> None:
+    lone = build_graph([Node("MatMul", ["x", "w"], ["y"], name="m"), Node("Relu", ["x"], ["r"], name="r")],
+                       {"x": (3, 4)}, ["y", "r"], {"w": f32(4, 2)})
+    assert passes.merge_sibling_products(lone) is lone
+    computed = build_graph([Node("MatMul", ["x", "w"], ["y"], name="m"),
+                            Node("MatMul", ["x", "x2"], ["z"], name="n")],
+                           {"x": (3, 4), "x2": (4, 4)}, ["y", "z"], {"w": f32(4, 2)})
+    assert ops(passes.merge_sibling_products(computed)) == ["MatMul", "MatMul"]
+
+
 @pytest.mark.parametrize("form", ["x*a*0.5", "a*0.5*x", "(x*0.5)*a", "mul_inv_sqrt2"])
 def test_erf_gelu_patterns_become_one_gelu(form: str) -> None:
     consts = {
@@ -170,7 +211,8 @@ def test_optimize_pipeline_on_bert_keeps_outputs() -> None:
     g = from_onnx(zoo.make_model("zoo:bert_layer?seq=8,hidden=32,heads=2,ffn=64"))
     opt = passes.optimize(g)
     counts = opt.op_counts()
-    assert counts["Gelu"] == 1 and "Erf" not in counts and counts["MatMul"] == 8
+    # 8 products: Q, K, V (merged into one), the scores, the context, the output and FFN ones
+    assert counts["Gelu"] == 1 and "Erf" not in counts and counts["MatMul"] == 6 and counts["Slice"] == 3
     same_outputs(g, opt, rtol=1e-4)
 
 

@@ -24,6 +24,7 @@
 - ``scalar_results_as_views`` a kernel's 0-d result is computed as shape (1, ...) and viewed as 0-d
 - ``simplify_transposes`` compose transposes, drop identities, size-1-only moves become Reshape
 - ``scales_after_products`` a MatMul operand's scaling by a constant moved onto the product
+- ``merge_sibling_products`` products of one activation by constant matrices -> one product, sliced
 - ``sink_views``         an elementwise op behind a kernel's views computed in the kernel's shape
 - ``convert_layout``     convolutions and pools (and elementwise ops between them) go NHWC
 - ``optimize``           all of the above in order (the compiler's pipeline)
@@ -38,7 +39,13 @@ from .. import winograd as _winograd  # noqa: F401  (registers the Winograd form
 from ..forms import Plan, use_forms
 from ..ir import Graph, GraphError
 from ..ops import FOLD, REWRITE, op_def
-from .canonical import canonicalize_gemm, fuse_gelu, scales_after_products, simplify_transposes
+from .canonical import (
+    canonicalize_gemm,
+    fuse_gelu,
+    merge_sibling_products,
+    scales_after_products,
+    simplify_transposes,
+)
 from .infer import eliminate_dead_code, fold_constants, infer_types
 from .kernel_forms import (
     absorb_const_operands,
@@ -93,6 +100,7 @@ __all__ = [
     "scalar_results_as_views",
     "scatter_to_table",
     "scales_after_products",
+    "merge_sibling_products",
     "simplify_transposes",
     "sink_views",
     "split_to_slices",
@@ -125,7 +133,7 @@ def optimize(
     g = lower_conv3d(lower_batch_norm(g))
     g = convert_layout(g, layout)
     g = sink_views(scales_after_products(simplify_transposes(g)))
-    g = fold_constants(g)
+    g = merge_sibling_products(fold_constants(g))
     if forms:  # a form's kernels may end in views (Strassen's halves of each row): sink them again
         g = sink_views(use_forms(g, forms))
     g = scalar_results_as_views(g)

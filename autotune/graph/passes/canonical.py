@@ -224,3 +224,66 @@ def scales_after_products(graph: Graph) -> Graph:
             prod, cons = g.producer(), g.consumers()
             changed = True
     return eliminate_dead_code(infer_types(g)) if changed else g
+
+
+def merge_sibling_products(graph: Graph) -> Graph:
+    """Products of one activation by constant matrices of the same K (attention's query, key and
+    value projections) -> one product by the matrices side by side, each result a Slice of it
+    along the last axis; a bias Add that was each one's only consumer comes along (the biases side
+    by side, zeros where a product had none). The activation is read, and transformed by a
+    product's form, once instead of once per product; the same values."""
+    g = graph.copy()
+    cons = g.consumers()
+    groups: dict[tuple[str, int], list[Node]] = {}
+    for n in g.nodes:
+        if n.op != "MatMul" or n.inputs[1] not in g.consts:
+            continue
+        w, a = g.consts[n.inputs[1]], g.types.get(n.inputs[0])
+        if w.ndim == 2 and w.dtype == np.float32 and a is not None and a.dtype == "float32" \
+                and len(a.shape) >= 2 and a.shape[-1] == w.shape[0]:
+            groups.setdefault((n.inputs[0], w.shape[0]), []).append(n)
+    changed = False
+    for (a, _), members in groups.items():
+        if len(members) < 2:
+            continue
+        biases = [_bias_of(g, m, cons) for m in members]
+        widths = [g.consts[m.inputs[1]].shape[1] for m in members]
+        name = members[0].name + "_siblings"
+        w = _add_const(g, name + "_w", np.concatenate([g.consts[m.inputs[1]] for m in members], axis=1))
+        lead = g.types[members[0].outputs[0]].shape[:-1]
+        merged = _new_value(g, name, TensorType((*lead, sum(widths)), "float32"))
+        new = [Node("MatMul", [a, w], [merged], {}, name)]
+        if any(b is not None for b in biases):
+            vec = np.concatenate([np.zeros(k, np.float32) if b is None else g.consts[b[1]].reshape(k)
+                                  for b, k in zip(biases, widths)])
+            biased = _new_value(g, name + "_bias", g.types[merged])
+            new.append(Node("Add", [merged, _add_const(g, name + "_b", vec)], [biased], {}, name + "_bias"))
+            merged = biased
+        start = 0
+        for m, b, k in zip(members, biases, widths):
+            y = (m if b is None else b[0]).outputs[0]
+            attrs = {"_starts": [start], "_ends": [start + k], "_axes": [len(lead)], "_steps": [1]}
+            new.append(Node("Slice", [merged], [y], attrs, g.fresh_name(m.name + "_slice")))
+            start += k
+        gone = {id(m) for m in members} | {id(b[0]) for b in biases if b is not None}
+        pos = min(g.nodes.index(m) for m in members)
+        g.nodes = [n for n in g.nodes[:pos] if id(n) not in gone] + new \
+            + [n for n in g.nodes[pos:] if id(n) not in gone]
+        changed = True
+    return eliminate_dead_code(infer_types(g)) if changed else graph
+
+
+def _bias_of(g: Graph, m: Node, cons: dict[str, list[Node]]) -> tuple[Node, str] | None:
+    """The Add of a constant vector over the last axis that is the only consumer of ``m``'s result,
+    and the vector's name."""
+    y = m.outputs[0]
+    users = cons.get(y, [])
+    if len(users) != 1 or users[0].op != "Add" or y in g.outputs:
+        return None
+    add = users[0]
+    other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+    c, k = g.consts.get(other), g.types[y].shape[-1]
+    if c is None or c.dtype != np.float32 or c.size != k or c.shape[-1:] != (k,) \
+            or g.types[add.outputs[0]].shape != g.types[y].shape:
+        return None
+    return add, other
