@@ -1,0 +1,62 @@
+"""Does merging the products of one activation (attention's Q, K and V projections) make a tuned
+model faster? The model compiled twice from one tuning database, once with the pass
+``merge_sibling_products`` and once with it replaced by the identity (the products separate),
+both checked against onnxruntime and timed with it in interleaved rounds in one process.
+
+    python bench/cpu_models/siblings/run.py MODEL DB OUT.json [ROUNDS] [STRASSEN_LEVELS]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from interleaved import check_and_time  # noqa: E402
+
+import autotune.graph.passes as passes  # noqa: E402
+from autotune.cli.model import build_module, load  # noqa: E402
+from autotune.target import cpu_target  # noqa: E402
+from records import TuningDatabase  # noqa: E402
+
+
+def main() -> None:
+    spec, db_path, out_path = sys.argv[1:4]
+    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+    levels = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    target, model = cpu_target(), load(spec, [])
+    merge = passes.merge_sibling_products
+    modules = {}
+    with TuningDatabase(db_path, readonly=True) as db:
+        for name, fn in (("separate", lambda g: g), ("merged", merge)):
+            passes.merge_sibling_products = fn  # optimize() looks the pass up when it runs
+            try:
+                modules[name] = build_module(model, target, db, "NHWC", strassen=levels)
+            finally:
+                passes.merge_sibling_products = merge
+    done = check_and_time(model, modules["separate"].graph, {k: m.executable for k, m in modules.items()},
+                          rounds)
+    times = done["times"]
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    result = {
+        "model": spec, "db": db_path, "rounds": rounds, "strassen_levels": levels,
+        "summaries": {k: m.summary.line() for k, m in modules.items()},
+        "max_abs_err": done["max_abs_err"],
+        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
+        "merged_over_separate_per_round_median": round(float(np.median(
+            [a / b for a, b in zip(times["merged"], times["separate"])])), 4),
+        "onnxruntime_over_separate": round(med["onnxruntime"] / med["separate"], 4),
+        "onnxruntime_over_merged": round(med["onnxruntime"] / med["merged"], 4),
+        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+    }
+    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rounds_ms", "summaries")}))
+
+
+if __name__ == "__main__":
+    main()
