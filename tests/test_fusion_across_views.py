@@ -249,3 +249,28 @@ def test_a_bias_over_a_row_the_view_splits_is_viewed_in_the_sources_last_dims() 
     assert _operand_in((8, 32), (16, 16), (32,)) is None
     # a bias over half of the source's row (it repeats along it): no view of it is the source's
     assert _operand_in((8, 2, 16), (8, 32), (1, 16)) is None
+
+
+def _split_heads(out_too: bool) -> Graph:
+    """x [2, 6, 8] transposed to [6, 2, 8] and read by two batched products, the second through a
+    constant-index gather (torch's packed attention projection split into q, k, v)."""
+    nodes = [Node("Transpose", ["x"], ["t"], {"perm": [1, 0, 2]}, "t"),
+             Node("MatMul", ["t", "y1"], ["p1"], name="p1"),
+             Node("Gather", ["t", "one"], ["t1"], {"axis": 0}, "g"),
+             Node("MatMul", ["t1", "y2"], ["p2"], name="p2"),
+             Node("Add", ["p1", "p2"], ["z"], name="add")]
+    outs = ["z", "t"] if out_too else ["z"]
+    return build_graph(nodes, {"x": (2, 6, 8), "y1": (6, 8, 2), "y2": (8, 2)}, outs, {"one": i64(1)[0]})
+
+
+def test_a_transpose_read_by_several_products_is_copied_into_each(tmp_path) -> None:  # noqa: ANN001
+    g = _split_heads(out_too=False)
+    assert _kernel_ops(g) == [["Transpose", "Gather", "MatMul"], ["Transpose", "MatMul", "Add"]]
+    feeds = {"x": f32(2, 6, 8), "y1": f32(6, 8, 2), "y2": f32(8, 2)}
+    (ref,) = run_graph(g, feeds)
+    (got,) = compile_model(g, cache_dir=str(tmp_path), verbose=False).run(feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_that_is_also_an_output_stays_a_kernel() -> None:
+    assert _kernel_ops(_split_heads(out_too=True)) == [["Transpose"], ["Gather", "MatMul"], ["MatMul", "Add"]]

@@ -14,6 +14,9 @@ merged group stays convex), and the merged group has at most one anchor or reduc
   head transposes into the batched matmul, ShuffleNet's channel half into its convolution);
 - chain: A elementwise / injective only feeding an injective node of B (one copy kernel).
 
+Then a group of index maps only that several groups read, each as a prologue it may take, is
+copied into every one of them (no kernel writes its value).
+
 Aliases (Reshape, Flatten, ...) are views: never kernels of their own. A producer read through
 views merges by the same rules, the views going into the merged kernel as index maps, when nothing
 else reads them: not into an anchor's epilogue (``passes.sink_views`` moves those views below the
@@ -96,12 +99,14 @@ def _index_map(n: Node, g: Graph) -> bool:
     return n.op in ("Transpose", "Slice") or op_def(n.op).kind == ALIAS
 
 
-def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], chain: list[Node]) -> bool:
-    """Whether ``a`` may merge into ``b``, reading ``a``'s output through the views ``chain``."""
+def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], chain: list[Node],
+               copy: bool = False) -> bool:
+    """Whether ``a`` may merge into ``b``, reading ``a``'s output through the views ``chain``;
+    ``copy``: ``a`` goes into ``b`` as a copy, other groups reading it too."""
     inside = {id(n) for n in b.nodes} | {id(n) for n in chain}
     for v in [a.output] + [n.outputs[0] for n in chain]:
         users = consumers.get(v, [])
-        if v in g.outputs or not users or any(id(u) not in inside for u in users):
+        if v in g.outputs or not users or not copy and any(id(u) not in inside for u in users):
             return False
     if a.complex + b.complex > 1:
         return False
@@ -150,5 +155,35 @@ def fuse(graph: Graph) -> list[Group]:
                 break
             if changed:
                 break
+    _copy_index_maps(groups, graph, consumers, producer, pos)
     groups.sort(key=lambda grp: pos[id(grp.nodes[-1])])
     return groups
+
+
+def _copy_index_maps(groups: list[Group], g: Graph, consumers: dict[str, list[Node]],
+                     producer: dict[str, Node], pos: dict[int, int]) -> None:
+    """A group of index maps only (a transpose, slices, constant-index gathers) that several groups
+    read, each as a prologue it may take: copied into every one of them, so no kernel writes its
+    value (torch's packed attention projection: the Q, K, V split's transpose, read by the scores'
+    and the context's products)."""
+    for a in [grp for grp in groups if all(_index_map(n, g) for n in grp.nodes)]:
+        readers: list[tuple[Group, list[Node]]] = []
+        covered: set[int] = set()
+        for b in groups:
+            if b is a:
+                continue
+            for v in b.external_inputs():
+                chain, root = _view_chain(v, producer)
+                if root == a.output:
+                    readers.append((b, chain))
+                    covered |= {id(n) for n in b.nodes} | {id(n) for n in chain}
+        views = {n.outputs[0] for _, chain in readers for n in chain}
+        if len({id(b) for b, _ in readers}) < 2 or any(
+                id(u) not in covered for v in {a.output} | views for u in consumers.get(v, [])):
+            continue
+        if not all(_can_merge(a, b, g, consumers, chain, copy=True) for b, chain in readers):
+            continue
+        for b, chain in readers:
+            merged = {id(n): n for n in a.nodes + chain + b.nodes}
+            b.nodes = sorted(merged.values(), key=lambda n: pos[id(n)])
+        groups.remove(a)
