@@ -13,6 +13,12 @@ Rules (after Ansor's sketch rules, reduced to what this compiler's primitives ex
 - outer tiles fused and parallel; innermost spatial loop vectorized; register tile unrolled; where
   an operand is a model constant, the order of the outer tiles is a knob (``outer_order`` 1: last
   spatial axis outermost, so each thread works through whole weight panels);
+- a tile prologue (a producer the tiled reduction reads directly whose every element is a few reads
+  of one input: Strassen's sums of A, ``sketch.TILE_PROLOGUE_TAGS``) has a third choice besides
+  inlined and its own stage (``inline_<stage>`` 2): formed tile by tile at the tile stage, the S1
+  loops it depends on moved outside the others so one tile of it serves every output tile under
+  them (a pack of a computed operand: the product reads the sums from a small buffer and nothing
+  writes them to memory);
 - the inner reduction loops (R1) around the register tile can keep its accumulators in registers
   throughout (knob ``registers``, with the register tile unrolled; autotune.ir.registers);
 - an elementwise output that picks literal coefficients along some axes (compares them with
@@ -219,7 +225,10 @@ class CpuSketch(Sketch):
 
     # --- the space ------------------------------------------------------------------------------
     def space(self) -> SearchSpace:
-        knobs: list = [ChoiceKnob(f"inline_{n}", (1, 0)) for n in self.inline_knob]
+        # inline_N: 1 inlined into its readers, 0 its own loop nest; 2 (a tile prologue) formed
+        # tile by tile where the product needs it
+        knobs: list = [ChoiceKnob(f"inline_{n}", (1, 0) + ((2,) if n in self.tile_prologues else ()))
+                       for n in self.inline_knob]
         if self.mode not in ("cache_write", "epilogue"):
             across = any(_vector_reducible(st, self.lanes) for st in self.sch.stages)
             along = any(_row_reducible(st, self.lanes) for st in self.sch.stages)
@@ -248,6 +257,7 @@ class CpuSketch(Sketch):
                 ("parallelism", self._parallel_ok),
                 ("registers", self._registers_loop_ok),
                 ("overlap", self._overlap_ok),
+                ("prologue_tile", self._prologue_ok),
             ]
         unpadded = None
         if self.padded:
@@ -346,6 +356,20 @@ class CpuSketch(Sketch):
                 elems *= self._t(c, r)[1]
         return elems <= MAX_PACK
 
+    def _prologue_ok(self, c: Config) -> bool:
+        """A prologue formed tile by tile: under the one parallel loop, its tile (the rows of the
+        axes it depends on, every step of the reduction) at most MAX_PACK floats."""
+        for n, deps in self.tile_prologues.items():
+            if c.get(f"inline_{n}", 1) != 2:
+                continue
+            if c["parallel_depth"] != 1:
+                return False
+            elems = math.prod(math.prod(self._t(c, a)[2:]) for a in self.axes if a in deps)
+            elems *= math.prod(e for r, e in zip(self.reduce_axes, self.reduce_extents) if r in deps)
+            if elems > MAX_PACK:
+                return False
+        return True
+
     def _parallel_ok(self, c: Config) -> bool:
         total = math.prod(self.extents)
         par = math.prod(math.prod(self._t(c, a)[: c["parallel_depth"]]) for a in self.axes)
@@ -357,9 +381,13 @@ class CpuSketch(Sketch):
     def steps(self, c: Config) -> list[Step]:
         steps: list[Step] = [ComputeInlineStep(n) for n in self.inline_always]
         rooted = []
+        tiled = []
         for n in self.inline_knob:
-            if c.get(f"inline_{n}", 1):
+            choice = c.get(f"inline_{n}", 1)
+            if choice == 1:
                 steps.append(ComputeInlineStep(n))
+            elif choice == 2:
+                tiled.append(n)
             else:
                 rooted.append(n)
         if self.mode == "rowwise" and c.get("row_fused", 0):
@@ -397,8 +425,17 @@ class CpuSketch(Sketch):
             # thread's share of the parallel loop is whole weight panels, read once and reused from
             # its own cache by every row tile, instead of every thread streaming all the weights
             s0, s1 = s0[::-1], s1[::-1]
+        by_axis = {f"{ta}.1.0": a for ta, a in zip(self.tile_axes, self.axes)}
+        if tiled:  # the loops a prologue's tile depends on outside the others: one tile serves them
+            needs = set().union(*(self.tile_prologues[n] for n in tiled))
+            s1 = [x for x in s1 if by_axis[x] in needs] + [x for x in s1 if by_axis[x] not in needs]
         steps.append(ReorderStep(T, tuple(s0 + s1 + inner)))
         steps.append(ComputeAtStep(R, T, s1[-1]))
+        for n in tiled:
+            at = [x for x in s1 if by_axis[x] in self.tile_prologues[n]]
+            steps.append(ComputeAtStep(n, T, at[-1] if at else s0[-1]))
+            st = self.sch.stage(n)
+            steps += _last_axis_vectors(st, self.lanes) if st.tensor.shape[-1] >= self.lanes else []
         # compute stage: R0 S2 R1 S3
         r0, r1, s2, s3 = [], [], [], []
         for r in self.reduce_axes:

@@ -160,7 +160,8 @@ def _choices(space: SearchSpace, name: str) -> tuple:
 def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - a CpuSketch
     """Rule-based configs of a CPU space, best first (see the module docstring)."""
     tiled = sk.mode in ("cache_write", "epilogue")
-    base: Config = {f"inline_{n}": 1 for n in sk.inline_knob}
+    # a tile prologue (Strassen's sums) formed tile by tile, not recomputed in the product's loop
+    base: Config = {f"inline_{n}": 2 if n in sk.tile_prologues else 1 for n in sk.inline_knob}
     if not tiled:
         choices = _choices(space, "vector_reduce")
         base["vector_reduce"] = _vector_reduce(sk, choices)
@@ -196,6 +197,8 @@ def cpu_defaults(sk, space: SearchSpace) -> Iterator[Config]:  # noqa: ANN001 - 
         registers = int(any(b > 1 for b in k1))  # (an R1 loop to keep the accumulators over)
         cfg.update(parallel_depth=1, pack=pack, unroll=1, outer_order=order, registers=registers)
         yield cfg
+        if sk.tile_prologues:  # where a prologue's tile would not fit: its own loop nest
+            yield {**cfg, **{f"inline_{n}": 0 for n in sk.tile_prologues}}
         if rows_budget == 1 and reduce_budget == 1:
             break
         rows_budget, reduce_budget = max(1, rows_budget // 2), max(1, reduce_budget // 2)

@@ -11,6 +11,9 @@ from autotune.te import Workload
 from autotune.te.expr import Binary, Compare, IntImm, Select, TensorRead, Var, free_vars, walk
 
 MAX_COEFF_PERIOD = 8  # the longest period of a coefficient axis (see coefficient_axes)
+# producers that an anchor may compute tile by tile (``Sketch.tile_prologues``): each element a few
+# reads of one input, so a tile is cheap to form where the product needs it (Strassen's sums of A)
+TILE_PROLOGUE_TAGS = {"strassen_input"}
 MAX_COEFF_COPIES = 64  # the most unrolled copies of a body over its coefficient axes
 
 
@@ -87,6 +90,7 @@ class Sketch:
         self.anchor = anchors[0] if len(anchors) == 1 else None
         self.mode = "simple"
         self.tile_stage = self.compute_stage = ""
+        self.tile_prologues: dict[str, set[str]] = {}
         outs = [st for st in sch.stages if st.is_output]
         self.coefficient_axes = coefficient_axes(sch.stages, outs[0]) if len(outs) == 1 else {}
         if self.anchor is not None:
@@ -179,6 +183,14 @@ class Sketch:
             self.pack_candidates[r.tensor.name] = (tuple(dims), deps)
             if r.tensor.name in consts:
                 self.prepackable.append(r.tensor.name)
+        # producers in TILE_PROLOGUE_TAGS that the anchor reads directly: name -> the anchor axes
+        # their reads depend on (a tile of them can be formed outside the loops over the others)
+        self.tile_prologues: dict[str, set[str]] = {}
+        for r in _reads(anchor):
+            if r.tensor.name in self.inline_knob and r.tensor.tag in TILE_PROLOGUE_TAGS:
+                used = set().union(*(free_vars(i) for i in r.indices))
+                self.tile_prologues[r.tensor.name] = {spatial.get(v) or reduce[v] for v in used
+                                                      if v in spatial or v in reduce}
 
     def _reads_through(self, stage: Stage, producer: Stage, inlined: set[str]) -> bool:
         """Does ``stage`` read ``producer`` directly or through stages that will be inlined?"""

@@ -106,14 +106,21 @@ def prepare(
     return Prepared(graph, groups, tasks, calls, layout, forms_in(graph))
 
 
-def _node_costs(prepared: Prepared, target: Target, db: TuningDatabase | None) -> dict[str, float]:
-    """Node name -> best recorded time of the kernel computing it (inf without a record)."""
-    out: dict[str, float] = {}
-    for call in prepared.calls:
+def _node_costs(prepared: Prepared, target: Target,
+                db: TuningDatabase | None) -> dict[str, tuple[int, float]]:
+    """Node name -> (the call computing it, that kernel's best recorded time; inf without a record)."""
+    out: dict[str, tuple[int, float]] = {}
+    for i, call in enumerate(prepared.calls):
         rec = db.best(prepared.tasks[call.task].key, target.key) if db is not None else None
         for n in call.group.nodes:
-            out[n.name] = rec.mean_s if rec else math.inf
+            out[n.name] = (i, rec.mean_s if rec else math.inf)
     return out
+
+
+def _calls_of(by_node: Mapping[str, tuple[int, Any]], names: Sequence[str]) -> dict[int, Any]:
+    """The distinct calls computing ``names`` (a form's kernels may fuse: its input transform into
+    its product), call -> its value in ``by_node``; a name no call computes is left out."""
+    return {by_node[n][0]: by_node[n][1] for n in names if n in by_node}
 
 
 def node_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]], list[str]]:
@@ -124,16 +131,17 @@ def node_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]]
     direct = next(p for p in prepared if not p.forms)
     copies = [p for p in prepared if p.forms]
 
-    def keys_by_node(p: Prepared) -> dict[str, str]:
-        return {n.name: p.tasks[call.task].key for call in p.calls for n in call.group.nodes}
+    def keys_by_node(p: Prepared) -> dict[str, tuple[int, str]]:
+        return {n.name: (i, p.tasks[call.task].key)
+                for i, call in enumerate(p.calls) for n in call.group.nodes}
 
     direct_keys = keys_by_node(direct)
     ways: dict[str, list[list[str]]] = {}
     for p in copies:
         keys = keys_by_node(p)
         for node, form in p.forms.items():
-            kernels = [keys[node + s] for s in FORMS[form].suffixes]
-            ways.setdefault(node, [[direct_keys[node]]]).append(kernels)
+            kernels = list(_calls_of(keys, [node + s for s in FORMS[form].suffixes]).values())
+            ways.setdefault(node, [[direct_keys[node][1]]]).append(kernels)
     shared = [direct.tasks[call.task].key for call in direct.calls
               if not any(n.name in ways for n in call.group.nodes)]
     return ways, shared
@@ -161,8 +169,9 @@ def choose_forms(
         every = prepare(graph, layout, forms=name, in_place=in_place)
         f_cost = _node_costs(every, target, db)
         for node in every.forms:
-            cost = sum(f_cost.get(node + s, math.inf) for s in FORMS[name].suffixes)
-            if cost < best.get(node, (d_cost.get(node, math.inf), ""))[0]:
+            calls = _calls_of(f_cost, [node + s for s in FORMS[name].suffixes])
+            cost = sum(calls.values()) if calls else math.inf
+            if cost < best.get(node, (d_cost.get(node, (0, math.inf))[1], ""))[0]:
                 best[node] = (cost, name)
     return prepare(graph, layout, forms={n: f for n, (_, f) in best.items()}, in_place=in_place)
 

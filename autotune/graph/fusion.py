@@ -32,6 +32,10 @@ from .ir import Graph, GraphError, Node
 from .ops import ALIAS, ANCHOR, ELEMWISE, INJECTIVE, REDUCE, op_def
 from .ops.shape import view_splits_only
 
+# operators an anchor reads as a prologue formed tile by tile where it needs them (its schedule
+# space offers that: schedules/sketch.py, TILE_PROLOGUE_TAGS), each element a few reads of one input
+TILE_PROLOGUES = {"StrassenInput"}
+
 
 @dataclass
 class Group:
@@ -126,6 +130,8 @@ def _can_merge(a: Group, b: Group, g: Graph, consumers: dict[str, list[Node]], c
     if user_kinds == {ELEMWISE}:
         return True
     if all(_index_map(n, g) for n in a.nodes):
+        return True
+    if b.complex and all(n.op in TILE_PROLOGUES for n in a.nodes):
         return True
     return user_kinds == {INJECTIVE} and not b.complex
 

@@ -38,7 +38,7 @@ from autotune.te.expr import Expr, as_expr
 
 from .forms import Form, coefficient, register_form, weighted
 from .ir import Graph, GraphError, Node, TensorType
-from .ops import REDUCE, Arg, Consts, Types, float_only, register, same
+from .ops import INJECTIVE, REDUCE, Arg, Consts, Types, float_only, register, same
 
 # the levels tune.py --model and compile try by default, per target kind (measured on the CPU:
 # ViT-B/16's products, docs/graph.md; two levels gain the BERT-base layer 2% in the host's fast
@@ -123,7 +123,7 @@ def _levels(node: Node) -> int:
     return levels
 
 
-@register("StrassenInput", REDUCE, internal=True)
+@register("StrassenInput", INJECTIVE, internal=True)
 class _StrassenInput:
     """A [..., K] -> S [7] * L + [ceil(R / 2^L), K / 2^L] (R = rows of A, L = attrs levels, 1 if
     not given)."""
