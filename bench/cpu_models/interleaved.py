@@ -4,7 +4,9 @@ A/B scripts of this folder."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -44,3 +46,30 @@ def check_and_time(model: Any, graph: Graph, runs: Mapping[str, Any], rounds: in
         ort = time_callable(lambda f: sess.run(None, f), [ort_feeds], repeat, 0.0)
         times["onnxruntime"].append(float(np.median(ort)))
     return {"max_abs_err": errors, "times": times, "arrays": arrays, "outs": outs}
+
+
+def ab_figures(times: Mapping[str, list[float]], base: str, other: str) -> dict:
+    """The figures of an A/B run's ``times`` (``check_and_time``): the medians, ``other`` over
+    ``base`` round by round (the ratio that counts on a host of two speeds), onnxruntime over
+    each, and every round, in milliseconds."""
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {
+        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
+        f"{other}_over_{base}_per_round_median": round(float(np.median(
+            [a / b for a, b in zip(times[other], times[base])])), 4),
+        f"onnxruntime_over_{base}": round(med["onnxruntime"] / med[base], 4),
+        f"onnxruntime_over_{other}": round(med["onnxruntime"] / med[other], 4),
+        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+    }
+
+
+def save(result: dict, out_path: str, long: tuple[str, ...]) -> None:
+    """``result`` as JSON to ``out_path``; printed without its ``long`` entries."""
+    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in long}))
+
+
+def estimated_ms(modules: Mapping[str, Any]) -> dict:
+    """Each compiled module's estimate from its records (the sum of its kernels' best times), ms."""
+    return {k: round(m.summary.estimated_s * 1e3, 4) if m.summary.estimated_s else None
+            for k, m in modules.items()}

@@ -8,16 +8,13 @@ both checked against onnxruntime and timed with it in interleaved rounds in one 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from interleaved import check_and_time  # noqa: E402
+from interleaved import ab_figures, check_and_time, save  # noqa: E402
 
 import autotune.graph.passes as passes  # noqa: E402
 from autotune.cli.model import build_module, load  # noqa: E402
@@ -39,23 +36,15 @@ def main() -> None:
                 modules[name] = build_module(model, target, db, "NHWC", strassen=levels)
             finally:
                 passes.merge_sibling_products = merge
-    done = check_and_time(model, modules["separate"].graph, {k: m.executable for k, m in modules.items()},
-                          rounds)
-    times = done["times"]
-    med = {k: float(np.median(v)) for k, v in times.items()}
+    runs = {k: m.executable for k, m in modules.items()}
+    done = check_and_time(model, modules["separate"].graph, runs, rounds)
     result = {
         "model": spec, "db": db_path, "rounds": rounds, "strassen_levels": levels,
         "summaries": {k: m.summary.line() for k, m in modules.items()},
         "max_abs_err": done["max_abs_err"],
-        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
-        "merged_over_separate_per_round_median": round(float(np.median(
-            [a / b for a, b in zip(times["merged"], times["separate"])])), 4),
-        "onnxruntime_over_separate": round(med["onnxruntime"] / med["separate"], 4),
-        "onnxruntime_over_merged": round(med["onnxruntime"] / med["merged"], 4),
-        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+        **ab_figures(done["times"], "separate", "merged"),
     }
-    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("rounds_ms", "summaries")}))
+    save(result, out_path, ("rounds_ms", "summaries"))
 
 
 if __name__ == "__main__":

@@ -10,17 +10,14 @@ against onnxruntime and timed with it in interleaved rounds in one process; then
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from interleaved import check_and_time  # noqa: E402
+from interleaved import ab_figures, check_and_time, estimated_ms, save  # noqa: E402
 from run import by_task  # noqa: E402
 
 import autotune.graph.fusion as fusion  # noqa: E402
@@ -45,25 +42,15 @@ def main() -> None:
         modules["prologue"] = build_module(model, target, db, "NHWC")
     runs = {k: m.executable for k, m in modules.items()}
     done = check_and_time(model, modules["apart"].graph, runs, rounds)
-    times = done["times"]
-    med = {k: float(np.median(v)) for k, v in times.items()}
     result = {
         "model": spec, "db": db_path, "rounds": rounds,
         "summaries": {k: m.summary.line() for k, m in modules.items()},
-        "estimated_ms": {k: round(m.summary.estimated_s * 1e3, 4) if m.summary.estimated_s else None
-                         for k, m in modules.items()},
+        "estimated_ms": estimated_ms(modules),
         "max_abs_err": done["max_abs_err"],
-        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
-        "prologue_over_apart_per_round_median": round(float(np.median(
-            [a / b for a, b in zip(times["prologue"], times["apart"])])), 4),
-        "onnxruntime_over_apart": round(med["onnxruntime"] / med["apart"], 4),
-        "onnxruntime_over_prologue": round(med["onnxruntime"] / med["prologue"], 4),
-        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+        **ab_figures(done["times"], "apart", "prologue"),
     }
     result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
-    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
-    long = ("rounds_ms", "summaries", "profile_ms_by_task")
-    print(json.dumps({k: v for k, v in result.items() if k not in long}))
+    save(result, out_path, ("rounds_ms", "summaries", "profile_ms_by_task"))
 
 
 if __name__ == "__main__":

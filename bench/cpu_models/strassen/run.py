@@ -9,7 +9,6 @@ interleaved rounds in one process; then both profiled call by call.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from interleaved import check_and_time  # noqa: E402
+from interleaved import ab_figures, check_and_time, estimated_ms, save  # noqa: E402
 
 from autotune.cli.model import build_module, load  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
@@ -47,26 +46,16 @@ def main() -> None:
                    form: build_module(model, target, db, "NHWC", strassen=levels)}
     runs = {k: m.executable for k, m in modules.items()}
     done = check_and_time(model, modules[base].graph, runs, rounds)
-    times = done["times"]
-    med = {k: float(np.median(v)) for k, v in times.items()}
     result = {
         "model": spec, "db": db_path, "rounds": rounds, "levels": levels,
         "forms": {k: m.summary.forms for k, m in modules.items()},
         f"products_as_{form}": sum(f == form for f in modules[form].summary.forms.values()),
-        "estimated_ms": {k: round(m.summary.estimated_s * 1e3, 4) if m.summary.estimated_s else None
-                         for k, m in modules.items()},
+        "estimated_ms": estimated_ms(modules),
         "max_abs_err": done["max_abs_err"],
-        "median_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
-        f"{form}_over_{base}_per_round_median": round(float(np.median(
-            [a / b for a, b in zip(times[form], times[base])])), 4),
-        f"onnxruntime_over_{base}": round(med["onnxruntime"] / med[base], 4),
-        f"onnxruntime_over_{form}": round(med["onnxruntime"] / med[form], 4),
-        "rounds_ms": {k: [round(x * 1e3, 4) for x in v] for k, v in times.items()},
+        **ab_figures(done["times"], base, form),
     }
     result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
-    Path(out_path).write_text(json.dumps(result, indent=1) + "\n")
-    long = ("rounds_ms", "profile_ms_by_task", "forms")
-    print(json.dumps({k: v for k, v in result.items() if k not in long}))
+    save(result, out_path, ("rounds_ms", "profile_ms_by_task", "forms"))
 
 
 if __name__ == "__main__":
