@@ -307,8 +307,14 @@ def tune_model(
             finished_round(i, new, want)
     if bar is not None:
         bar.close()
+    spaces: dict[int, SearchSpace] = {}  # of the tasks without a session, made once each
+
     def space_of(i: int) -> SearchSpace:
-        return sessions[i].space if i in sessions else make_space(tasks[i].task.workload, target)
+        if i in sessions:
+            return sessions[i].space
+        if i not in spaces:
+            spaces[i] = make_space(tasks[i].task.workload, target)
+        return spaces[i]
 
     confirmed = 0
     for i, mt in enumerate(tasks):  # finalists missing confirmations (this run's or a killed run's)
