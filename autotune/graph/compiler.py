@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -106,15 +106,24 @@ def prepare(
     return Prepared(graph, groups, tasks, calls, layout, forms_in(graph))
 
 
+def _by_node(prepared: Prepared, value: Callable[[str], Any]) -> dict[str, tuple[int, Any]]:
+    """Node name -> (the call computing it, ``value`` of that call's task key)."""
+    out: dict[str, tuple[int, Any]] = {}
+    for i, call in enumerate(prepared.calls):
+        v = value(prepared.tasks[call.task].key)
+        for n in call.group.nodes:
+            out[n.name] = (i, v)
+    return out
+
+
 def _node_costs(prepared: Prepared, target: Target,
                 db: TuningDatabase | None) -> dict[str, tuple[int, float]]:
     """Node name -> (the call computing it, that kernel's best recorded time; inf without a record)."""
-    out: dict[str, tuple[int, float]] = {}
-    for i, call in enumerate(prepared.calls):
-        rec = db.best(prepared.tasks[call.task].key, target.key) if db is not None else None
-        for n in call.group.nodes:
-            out[n.name] = (i, rec.mean_s if rec else math.inf)
-    return out
+    def best(key: str) -> float:
+        rec = db.best(key, target.key) if db is not None else None
+        return rec.mean_s if rec else math.inf
+
+    return _by_node(prepared, best)
 
 
 def _calls_of(by_node: Mapping[str, tuple[int, Any]], names: Sequence[str]) -> dict[int, Any]:
@@ -131,14 +140,10 @@ def node_forms(prepared: Sequence[Prepared]) -> tuple[dict[str, list[list[str]]]
     direct = next(p for p in prepared if not p.forms)
     copies = [p for p in prepared if p.forms]
 
-    def keys_by_node(p: Prepared) -> dict[str, tuple[int, str]]:
-        return {n.name: (i, p.tasks[call.task].key)
-                for i, call in enumerate(p.calls) for n in call.group.nodes}
-
-    direct_keys = keys_by_node(direct)
+    direct_keys = _by_node(direct, str)
     ways: dict[str, list[list[str]]] = {}
     for p in copies:
-        keys = keys_by_node(p)
+        keys = _by_node(p, str)
         for node, form in p.forms.items():
             kernels = list(_calls_of(keys, [node + s for s in FORMS[form].suffixes]).values())
             ways.setdefault(node, [[direct_keys[node][1]]]).append(kernels)
