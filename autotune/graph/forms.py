@@ -108,7 +108,7 @@ def default_forms(kind: str, winograd: int | Sequence[int] | None = None,
     levels = st.DEFAULT_LEVELS.get(kind, 0) if strassen is None else int(strassen)
     if levels not in (0, *st.LEVELS):
         raise GraphError(f"Strassen levels {levels}: valid 0 (off), {', '.join(map(str, st.LEVELS))}")
-    names += ["strassen", "strassen2"][:levels]
+    names += [st.form_name(n) for n in st.LEVELS[:levels]]
     for n in names:
         get_form(n)
     return tuple(names)

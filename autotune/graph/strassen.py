@@ -292,15 +292,22 @@ def rewrite(g: Graph, node: Node, levels: int = 1) -> list[Node]:
     ]
 
 
-for _levels_of_form, _name, _label, _suffixes in ((1, "strassen", "Strassen", SUFFIXES),
-                                                  (2, "strassen2", "Strassen x2", SUFFIXES2)):
+def form_name(levels: int) -> str:
+    """The form of ``levels`` levels: ``strassen``, ``strassen2``."""
+    return "strassen" if levels == 1 else f"strassen{levels}"
+
+
+def _register(levels: int, label: str) -> None:
     register_form(Form(
-        name=_name,
-        label=_label,
+        name=form_name(levels),
+        label=label,
         what="matmul",
-        suffixes=_suffixes,
-        eligible=lambda g, n, lv=_levels_of_form: eligible(g, n, lv),
-        rewrite=lambda g, n, lv=_levels_of_form: rewrite(g, n, lv),
-        recognizes=lambda n, lv=_levels_of_form: (n.op == "StrassenInput"
-                                                  and int(n.attrs.get("levels", 1)) == lv),
+        suffixes=SUFFIXES if levels == 1 else SUFFIXES2,
+        eligible=lambda g, n: eligible(g, n, levels),
+        rewrite=lambda g, n: rewrite(g, n, levels),
+        recognizes=lambda n: n.op == "StrassenInput" and int(n.attrs.get("levels", 1)) == levels,
     ))
+
+
+_register(1, "Strassen")
+_register(2, "Strassen x2")
