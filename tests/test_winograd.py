@@ -1,5 +1,5 @@
-"""Winograd F(m x m, 3 x 3) convolutions: the transform matrices, the graph rewrite, the
-per-convolution choice from the records DB, and compiled modules against onnxruntime."""
+"""Winograd F(m x m, 3 x 3) convolutions of stride 1 and 2: the transform matrices, the graph
+rewrite, the per-convolution choice from the records DB, and compiled modules against onnxruntime."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from autotune.graph import GraphError, compile_model, load_model, prepare
 from autotune.graph.interpreter import run_graph
 from autotune.graph.passes import optimize
-from autotune.graph.winograd import SUFFIXES, TILE_SIZES, matrices, transform_weight
+from autotune.graph.winograd import STRIDES, SUFFIXES, TILE_SIZES, matrices, tile_side, transform_weight
 from autotune.ir.simplify import simplify
 from autotune.te.expr import FloatImm, Var
 from autotune.te.expr import binary as te_binary
@@ -17,20 +17,32 @@ from autotune.te.expr import binary as te_binary
 RESNET = "zoo:resnet18?image=32,width=8"
 
 
+@pytest.mark.parametrize("stride", STRIDES)
 @pytest.mark.parametrize("m", TILE_SIZES)
-def test_transform_matrices_compute_a_correlation(m: int) -> None:
-    at, g, bt = matrices(m)
+def test_transform_matrices_compute_a_correlation(m: int, stride: int) -> None:
+    at, g, bt = matrices(m, stride)
+    a = tile_side(m, stride)
+    assert at.shape == (m, a) and g.shape == (a, 3) and bt.shape == (a, a)
+    assert a == (m + 2 if stride == 1 else 2 * m + 1)
     rng = np.random.default_rng(m)
-    d, w = rng.standard_normal(m + 2), rng.standard_normal(3)
-    direct = np.array([d[i : i + 3] @ w for i in range(m)])
+    d, w = rng.standard_normal(a), rng.standard_normal(3)
+    direct = np.array([d[i * stride : i * stride + 3] @ w for i in range(m)])
     np.testing.assert_allclose(at @ ((g @ w) * (bt @ d)), direct, rtol=1e-12, atol=1e-12)
     # and in 2-D, through the weight transform the graph pass uses (HWIO weight)
-    tile, w2 = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3, 1, 1))
-    u = transform_weight(w2, m)[:, :, 0, 0]
+    tile, w2 = rng.standard_normal((a, a)), rng.standard_normal((3, 3, 1, 1))
+    u = transform_weight(w2, m, stride)[:, :, 0, 0]
     y = at @ (u * (bt @ tile @ bt.T)) @ at.T
     k = w2[:, :, 0, 0]
-    ref = np.array([[np.sum(tile[i : i + 3, j : j + 3] * k) for j in range(m)] for i in range(m)])
+    ref = np.array([[np.sum(tile[i * stride : i * stride + 3, j * stride : j * stride + 3] * k)
+                     for j in range(m)] for i in range(m)])
     np.testing.assert_allclose(y, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_unsupported_tile_sizes_and_strides_are_refused() -> None:
+    with pytest.raises(GraphError, match="tile size 3"):
+        matrices(3)
+    with pytest.raises(GraphError, match="stride 3"):
+        matrices(2, 3)
 
 
 @pytest.mark.parametrize("m", TILE_SIZES)
@@ -40,9 +52,13 @@ def test_rewritten_graph_computes_the_same_model(m: int) -> None:
     direct = optimize(g, "NHWC")
     wino = optimize(g, "NHWC", f"winograd{m}")
     ops = wino.op_counts()
-    # the stride-1 3x3 convs (2 per stage plus the second one of each later stage's first block)
-    assert ops["WinogradInput"] == ops["WinogradOutput"] == 13
-    assert ops["Conv"] == direct.op_counts()["Conv"] - 13  # stem, stride-2 and 1x1 convs stay
+    # every 3x3 conv: 2 per stage, then the stride-2 and the stride-1 one of each later stage's
+    # first block
+    assert ops["WinogradInput"] == ops["WinogradOutput"] == 16
+    strided = [n for n in wino.nodes if n.op == "WinogradInput" and n.attrs.get("stride") == 2]
+    assert len(strided) == 3 and all("stride" not in n.attrs for n in wino.nodes
+                                     if n.op == "WinogradInput" and n not in strided)
+    assert ops["Conv"] == direct.op_counts()["Conv"] - 16  # the stem and the 1x1 convs stay
     ref, out = run_graph(direct, {"data": x})[0], run_graph(wino, {"data": x})[0]
     # float64 activations; the transformed weights are stored in float32 like the model's
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
@@ -96,9 +112,9 @@ def _record(db, task, target, cfg, seconds) -> None:  # noqa: ANN001
     db.add_measurement(MeasurementRecord(task.key, target.key, cfg, steps, (seconds,), None, verified=True))
 
 
-@pytest.mark.parametrize("unroll", [1, 0])
+@pytest.mark.parametrize(("m", "unroll"), [(2, 1), (4, 0)])
 def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime(
-    unroll: int, tmp_path, tmp_path_factory  # noqa: ANN001
+    m: int, unroll: int, tmp_path, tmp_path_factory  # noqa: ANN001
 ) -> None:
     ort = pytest.importorskip("onnxruntime")
     from autotune.graph import zoo
@@ -108,10 +124,16 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
     from schedules import make_space
 
     target, g = cpu_target(), load_model(RESNET)
-    direct, every = prepare(g, "NHWC"), prepare(g, "NHWC", forms="winograd2")
+    form = f"winograd{m}"
+    direct, every = prepare(g, "NHWC"), prepare(g, "NHWC", forms=form)
     rng = np.random.default_rng(5 + unroll)
-    # made-up times: Winograd faster for the first stage's convolutions (8x8 outputs) only
+    # made-up times: Winograd faster for the first stage's convolutions (8x8 outputs) and the
+    # stride-2 ones only
     first_stage = {c for c in every.winograd_convs if every.graph.types[c + SUFFIXES[2]].shape[1] == 8}
+    strided = {n.name[: -len(SUFFIXES[0])] for n in every.graph.nodes
+               if n.op == "WinogradInput" and n.attrs.get("stride") == 2}
+    assert first_stage and len(strided) == 3
+    first_stage |= strided
     wanted = {c + s for c in first_stage for s in SUFFIXES}
     fast = {every.tasks[c.task].key for c in every.calls if any(n.name in wanted for n in c.group.nodes)}
     with TuningDatabase(tmp_path / "w.db") as db:
@@ -122,12 +144,12 @@ def test_each_convolution_takes_its_faster_recorded_form_and_matches_onnxruntime
                 cfg["unroll_coefficients"] = unroll
                 assert space.is_valid(cfg)
             _record(db, t, target, cfg, 1e-6 if t.key in fast else 1e-3)
-        chosen = choose_forms(g, target, db, "NHWC", ["winograd2"])
-        assert set(chosen.winograd_convs) == first_stage and first_stage
-        module = compile_model(g, target, db, winograd=2, strassen=False, verbose=False,
+        chosen = choose_forms(g, target, db, "NHWC", [form])
+        assert set(chosen.winograd_convs) == first_stage
+        module = compile_model(g, target, db, winograd=m, strassen=False, verbose=False,
                                cache_dir=str(tmp_path_factory.mktemp("modules")))
     assert module.prepared.forms == chosen.forms == module.summary.forms
-    assert f"; {len(first_stage)} convs as F(2x2,3x3)" in module.summary.line()
+    assert f"; {len(first_stage)} convs as F({m}x{m},3x3)" in module.summary.line()
     assert module.summary.tuned_tasks == module.summary.tasks
     feeds = module.random_inputs(np.random.default_rng(3))
     proto = zoo.make_model(RESNET).SerializeToString()
@@ -190,12 +212,12 @@ def test_the_scheduler_sees_each_convolution_once_in_each_of_its_forms() -> None
     prepared = [prepare(g, "NHWC")] + [prepare(g, "NHWC", forms=f"winograd{m}") for m in (2, 4)]
     tasks = model_tasks(prepared)
     weights, choices = scheduler_weights(prepared, tasks)
-    assert len(choices) == 13  # the stride-1 3x3 convolutions
+    assert len(choices) == 16  # the 3x3 convolutions
     for forms in choices:  # direct: one kernel; F(2x2) and F(4x4): transform, product, transform
         assert [sum(calls for _, calls in f) for f in forms] == [1, 3, 3]
     direct = prepared[0]
-    # the other kernels (stem, pools, strided and 1x1 convs, classifier) count once each
-    assert sum(weights) == len(direct.calls) - 13
+    # the other kernels (stem, pools, 1x1 convs, classifier) count once each
+    assert sum(weights) == len(direct.calls) - 16
     # each task's calls across the forms add up to the calls of its kernel in the preparations
     for i, mt in enumerate(tasks):
         in_forms = sum(c for forms in choices for f in forms for j, c in f if j == i)
