@@ -80,7 +80,7 @@ def add_model_args(p: argparse.ArgumentParser, required: bool = False) -> None:
         type=winograd_sizes,
         default=None,
         metavar="M[,M]",
-        help="stride-1 3x3 convolutions (NHWC) also as Winograd F(MxM,3x3), M = 2 and/or 4: tune.py "
+        help="3x3 convolutions of stride 1 or 2 (NHWC) also as Winograd F(MxM,3x3), M = 2 and/or 4: tune.py "
         "tunes every form, compile.py / bench.py take the fastest per convolution; 0 = direct only "
         "(default 2,4)",
     )

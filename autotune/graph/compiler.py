@@ -559,7 +559,7 @@ def compile_model(
     module rather than its best isolated one (``rerank.rerank_in_module``; a few seconds per variant);
     1: each task takes the pick that tuning stored for this module in ``db`` where it still holds
     (``rerank.apply_picks``), else its best record.
-    ``winograd``: tile sizes m (2, 4): each stride-1 3x3 convolution computed directly or as
+    ``winograd``: tile sizes m (2, 4): each 3x3 convolution of stride 1 or 2 computed directly or as
     F(m x m, 3 x 3), whichever ``db`` records as fastest (``choose_forms``; tune with the
     same sizes); None: the target kind's default (``winograd.DEFAULT_SIZES``), 0 or (): direct.
     ``strassen``: each large product by a constant matrix computed directly or by up to this many

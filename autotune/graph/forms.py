@@ -7,7 +7,7 @@ form whose kernels' best recorded times add up to the least (``compiler.choose_f
 A form's rewrite replaces the node by nodes named ``node.name + suffix`` (one suffix per kernel it
 becomes); the first of them tells the form apart (``Form.recognizes``). The forms:
 
-- ``winograd2`` / ``winograd4``: stride-1 3x3 convolutions as Winograd F(m x m, 3 x 3)
+- ``winograd2`` / ``winograd4``: 3x3 convolutions of stride 1 or 2 as Winograd F(m x m, 3 x 3)
   (``autotune.graph.winograd``);
 - ``strassen`` / ``strassen2``: products with a constant matrix as one or two nested levels of
   Strassen's algorithm (``autotune.graph.strassen``).

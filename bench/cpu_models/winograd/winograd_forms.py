@@ -1,20 +1,24 @@
-"""Per stride-1 3x3 convolution of ResNet-18: the best recorded time of the direct form and of
-each Winograd form (input transform + GEMM + output transform), from a records DB or export.
+"""Per 3x3 convolution of a model (default ResNet-18): the best recorded time of the direct form
+and of each Winograd form (input transform + GEMM + output transform), from a records DB or export.
 
-    python bench/cpu_models/winograd/winograd_forms.py DB_OR_JSONL.gz
+    python bench/cpu_models/winograd/winograd_forms.py DB_OR_JSONL.gz [MODEL]
 """
 
 import math
 import sys
+from pathlib import Path
 
-from autotune.graph.compiler import _node_costs, choose_forms, load_model, prepare
-from autotune.graph.winograd import SUFFIXES, TILE_SIZES
-from autotune.search.replay import open_records
-from autotune.target import cpu_target
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from autotune.graph.compiler import _node_costs, choose_forms, load_model, prepare  # noqa: E402
+from autotune.graph.winograd import SUFFIXES, TILE_SIZES  # noqa: E402
+from autotune.search.replay import open_records  # noqa: E402
+from autotune.target import cpu_target  # noqa: E402
 
 
 def main() -> None:
-    db, target, g = open_records(sys.argv[1]), cpu_target(), load_model("zoo:resnet18")
+    spec = sys.argv[2] if len(sys.argv) > 2 else "zoo:resnet18"
+    db, target, g = open_records(sys.argv[1]), cpu_target(), load_model(spec)
     direct = _node_costs(prepare(g, "NHWC"), target, db)
     forms = {m: prepare(g, "NHWC", forms=f"winograd{m}") for m in TILE_SIZES}
     costs = {m: _node_costs(p, target, db) for m, p in forms.items()}
@@ -24,9 +28,9 @@ def main() -> None:
         shape = "x".join(map(str, forms[TILE_SIZES[0]].graph.types[c + SUFFIXES[2]].shape[1:]))
         cols = []
         for m in TILE_SIZES:
-            parts = [costs[m].get(c + s, math.inf) * 1e3 for s in SUFFIXES]
+            parts = [costs[m].get(c + s, (None, math.inf))[1] * 1e3 for s in SUFFIXES]
             cols.append(f"{sum(parts):6.3f} = " + " + ".join(f"{p:.3f}" for p in parts))
-        row = f"{c:10} {shape:>12} {direct.get(c, math.inf) * 1e3:8.3f} "
+        row = f"{c:10} {shape:>12} {direct.get(c, (None, math.inf))[1] * 1e3:8.3f} "
         print(row + " ".join(f"{x:>28}" for x in cols))
     print(choose_forms(g, target, db, "NHWC", [f"winograd{m}" for m in TILE_SIZES]).describe())
 
