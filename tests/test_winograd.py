@@ -64,6 +64,54 @@ def test_rewritten_graph_computes_the_same_model(m: int) -> None:
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
+def _conv_model(c: int, k: int, h: int, w: int, stride: int, pad: int):  # noqa: ANN202
+    """One 3x3 convolution with bias (NCHW input), then ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(h * w + stride + pad)
+    wt = numpy_helper.from_array(rng.uniform(-0.5, 0.5, (k, c, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.uniform(-0.5, 0.5, k).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2,
+                              kernel_shape=[3, 3], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])
+    out = [1, k, (h + 2 * pad - 3) // stride + 1, (w + 2 * pad - 3) // stride + 1]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out)
+    graph = helper.make_graph(nodes, "conv", [x], [y], [wt, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# (input h, w, stride, pad): odd and even sizes, tiles past the edge, no padding and the most
+CONVS = [(9, 7, 2, 1), (8, 11, 2, 0), (10, 10, 2, 2), (7, 9, 1, 0), (6, 5, 1, 2)]
+
+
+@pytest.mark.parametrize("m", TILE_SIZES)
+@pytest.mark.parametrize(("h", "w", "stride", "pad"), CONVS)
+def test_each_geometry_computes_the_convolution(m: int, h: int, w: int, stride: int, pad: int) -> None:
+    g = load_model(_conv_model(4, 8, h, w, stride, pad))
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 4, h, w))
+    direct, wino = optimize(g, "NHWC"), optimize(g, "NHWC", f"winograd{m}")
+    assert wino.op_counts().get("WinogradInput") == 1
+    ref, out = run_graph(direct, {"x": x})[0], run_graph(wino, {"x": x})[0]
+    assert out.shape == ref.shape == (1, 8, (h + 2 * pad - 3) // stride + 1, (w + 2 * pad - 3) // stride + 1)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize(("h", "w", "stride", "pad"), CONVS[:3])
+def test_every_stride_2_kernel_matches_numpy_in_sampled_configs(h: int, w: int, stride: int, pad: int,
+                                                                 check_kernel, host_target) -> None:  # noqa: ANN001
+    from schedules import make_space
+
+    rng = np.random.default_rng(h + w)
+    for m in TILE_SIZES:
+        tasks = prepare(_conv_model(16, 16, h, w, stride, pad), "NHWC", forms=f"winograd{m}").tasks
+        assert any("winograd_in" in t.label for t in tasks)  # the input transpose fused into it
+        for task in tasks:
+            space = make_space(task.workload, host_target)
+            for cfg in [space.default_config(), space.sample(rng)]:
+                check_kernel(task.workload, space.steps(cfg))  # fresh random inputs, float64 reference
+
+
 def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
     g = load_model(RESNET)
     every = prepare(g, "NHWC", forms="winograd2")
