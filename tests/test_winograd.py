@@ -85,11 +85,19 @@ def _conv_model(c: int, k: int, h: int, w: int, stride: int, pad: int):  # noqa:
 CONVS = [(9, 7, 2, 1), (8, 11, 2, 0), (10, 10, 2, 2), (7, 9, 1, 0), (6, 5, 1, 2)]
 
 
+def test_a_stem_on_the_image_channels_stays_direct() -> None:
+    from autotune.graph.winograd import MIN_IN_CHANNELS
+
+    few = optimize(load_model(_conv_model(MIN_IN_CHANNELS - 1, 8, 9, 9, 2, 1)), "NHWC", "winograd2")
+    enough = optimize(load_model(_conv_model(MIN_IN_CHANNELS, 8, 9, 9, 2, 1)), "NHWC", "winograd2")
+    assert "WinogradInput" not in few.op_counts() and enough.op_counts()["WinogradInput"] == 1
+
+
 @pytest.mark.parametrize("m", TILE_SIZES)
 @pytest.mark.parametrize(("h", "w", "stride", "pad"), CONVS)
 def test_each_geometry_computes_the_convolution(m: int, h: int, w: int, stride: int, pad: int) -> None:
-    g = load_model(_conv_model(4, 8, h, w, stride, pad))
-    x = np.random.default_rng(1).uniform(-1, 1, (1, 4, h, w))
+    g = load_model(_conv_model(8, 8, h, w, stride, pad))
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 8, h, w))
     direct, wino = optimize(g, "NHWC"), optimize(g, "NHWC", f"winograd{m}")
     assert wino.op_counts().get("WinogradInput") == 1
     ref, out = run_graph(direct, {"x": x})[0], run_graph(wino, {"x": x})[0]

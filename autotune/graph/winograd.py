@@ -95,6 +95,9 @@ _MATRICES_R2: dict[int, tuple[list[list[float]], list[list[float]], list[list[fl
     ),
 }
 STRIDES = (1, 2)
+# fewer input channels than this (an image's 1-4 at a model's stem) leave the product too short a
+# reduction to pay for writing a*a/(m*m) times the output: such convolutions stay direct
+MIN_IN_CHANNELS = 8
 
 
 def tile_side(m: int, stride: int = 1) -> int:
@@ -260,8 +263,8 @@ def output_transform(attrs: dict, mm: te.Tensor, name: str) -> te.Tensor:
 
 # --- the graph pass ------------------------------------------------------------------------------
 def eligible(g: Graph, conv: Node) -> bool:
-    """An NHWC 3x3 convolution with stride 1 or 2 on both axes, no dilation, one group, symmetric
-    padding <= 2 and a constant weight."""
+    """An NHWC 3x3 convolution with stride 1 or 2 on both axes, no dilation, one group, at least
+    ``MIN_IN_CHANNELS`` input channels, symmetric padding <= 2 and a constant weight (HWIO)."""
     if conv.op != "Conv" or conv.attrs.get("layout") != "NHWC" or conv.inputs[1] not in g.consts:
         return False
     if not is_uniform_conv(conv):
@@ -271,6 +274,7 @@ def eligible(g: Graph, conv: Node) -> bool:
     w = g.consts[conv.inputs[1]]
     return (
         w.shape[:2] == (3, 3)
+        and w.shape[2] >= MIN_IN_CHANNELS
         and p["stride"] in STRIDES
         and p["dilation"] == 1
         and p["groups"] == 1
