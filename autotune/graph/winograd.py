@@ -12,7 +12,7 @@ every ``m * stride`` pixels, and the weight transformed once at compile time,
 in one dimension the even input pixels meet taps 0 and 2 (a 1-d F(m, 2), m + 1 products) and the
 odd pixels tap 1 (m products), so the matrices are F(m, 2)'s beside an identity. The GEMM does
 ``a*a / (m*m)`` multiply-adds per output and input channel where the direct convolution does 9:
-1.78 (m=2) and 2.25 (m=4) at stride 1, 6.25 and 5.06 at stride 2; the transforms cost ``a*a``
+4 (m=2) and 2.25 (m=4) at stride 1, 6.25 and 5.06 at stride 2; the transforms cost ``a*a``
 multiply-adds per element of V, small next to the GEMM's ``K`` per element once the layer has more
 than a few dozen output channels. The transformed weight is ``a*a / 9`` times the weight's size.
 
