@@ -416,7 +416,8 @@ def tune_command(db: Path, trials: int) -> list[str]:
 def measurement_count(db: Path) -> int:
     if not db.exists():
         return 0
-    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    # a short wait: a poll blocked on the writer's lock would let the run finish before the signal
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
     try:
         return int(con.execute("select count(*) from measurements").fetchone()[0])
     except sqlite3.DatabaseError:  # no schema yet (or the file is being created)
@@ -440,16 +441,25 @@ def interrupt(cmd: list[str], ready: Callable[[], bool], cwd: Path | None = None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def interrupt_tune(db: Path, trials: int) -> tuple[subprocess.CompletedProcess, int]:
-    """A tune interrupted once it has stored a measurement; the run and how many measurements the DB
-    held just before."""
+def interrupt_tune(db: Path, trials: int, attempts: int = 3) -> tuple[subprocess.CompletedProcess, int, int]:
+    """A tune interrupted once it has stored a measurement; the run, how many measurements the DB
+    held just before, and the budget it ran with. A run that finished before the interrupt reached
+    it (it outran the poll) is started again on a fresh database with twice the budget."""
     seen = [0]
 
     def ready() -> bool:
         seen[0] = measurement_count(db)
         return seen[0] >= 1
 
-    return interrupt(tune_command(db, trials), ready), seen[0]
+    for _ in range(attempts):
+        seen[0] = 0
+        r = interrupt(tune_command(db, trials), ready)
+        if r.returncode != 0:  # interrupted, or failed (the caller reports which)
+            break
+        for f in (db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))):
+            f.unlink(missing_ok=True)
+        trials *= 2
+    return r, seen[0], trials
 
 
 def compile_sigint_case(scratch: Path) -> dict:
@@ -474,8 +484,8 @@ def sigint_case(scratch: Path) -> dict:
     reaches exactly --trials measurements with no config measured twice."""
     where = scratch / "sigint"
     where.mkdir()
-    db, trials = where / "t.db", 24
-    r, seen = interrupt_tune(db, trials)
+    r, seen, trials = interrupt_tune(where / "t.db", 24)
+    db = where / "t.db"
     problems = []
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     if r.returncode != 130:
