@@ -416,8 +416,9 @@ def tune_command(db: Path, trials: int) -> list[str]:
 def measurement_count(db: Path) -> int:
     if not db.exists():
         return 0
+    # a plain connection (a read-only one cannot open a WAL database whose -shm it may not map) and
     # a short wait: a poll blocked on the writer's lock would let the run finish before the signal
-    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
+    con = sqlite3.connect(str(db), timeout=1)
     try:
         return int(con.execute("select count(*) from measurements").fetchone()[0])
     except sqlite3.DatabaseError:  # no schema yet (or the file is being created)
@@ -444,7 +445,7 @@ def interrupt(cmd: list[str], ready: Callable[[], bool], cwd: Path | None = None
 def interrupt_tune(db: Path, trials: int, attempts: int = 3) -> tuple[subprocess.CompletedProcess, int, int]:
     """A tune interrupted once it has stored a measurement; the run, how many measurements the DB
     held just before, and the budget it ran with. A run that finished before the interrupt reached
-    it (it outran the poll) is started again on a fresh database with twice the budget."""
+    it (it outran the poll) is started again on a fresh database with four times the budget."""
     seen = [0]
 
     def ready() -> bool:
@@ -458,7 +459,7 @@ def interrupt_tune(db: Path, trials: int, attempts: int = 3) -> tuple[subprocess
             break
         for f in (db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))):
             f.unlink(missing_ok=True)
-        trials *= 2
+        trials *= 4
     return r, seen[0], trials
 
 
