@@ -89,8 +89,8 @@ def test_check_result_catches_each_breach() -> None:
 
 
 def test_ctrl_c_during_tune_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
-    db = tmp_path / "t.db"
-    r, seen, trials = faults.interrupt_tune(db, 10)
+    db, trials = tmp_path / "t.db", 10
+    r, seen = faults.interrupt_tune(db, trials)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 130 and len(lines) == 1 and "rerun" in lines[0], r.stderr
     con = sqlite3.connect(db)

@@ -416,9 +416,7 @@ def tune_command(db: Path, trials: int) -> list[str]:
 def measurement_count(db: Path) -> int:
     if not db.exists():
         return 0
-    # a plain connection (a read-only one cannot open a WAL database whose -shm it may not map) and
-    # a short wait: a poll blocked on the writer's lock would let the run finish before the signal
-    con = sqlite3.connect(str(db), timeout=1)
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
         return int(con.execute("select count(*) from measurements").fetchone()[0])
     except sqlite3.DatabaseError:  # no schema yet (or the file is being created)
@@ -431,8 +429,11 @@ def interrupt(cmd: list[str], ready: Callable[[], bool], cwd: Path | None = None
               timeout: float = 120.0) -> subprocess.CompletedProcess:
     """Start ``cmd`` and, once ``ready()``, send SIGINT to its process group (as Ctrl-C in a
     terminal does); the finished run."""
+    # the child takes SIGINT as a terminal's Ctrl-C does even where this process was started with it
+    # ignored (a background job of a non-interactive shell), which the child would inherit
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None and not ready():
         time.sleep(0.05)
@@ -442,25 +443,16 @@ def interrupt(cmd: list[str], ready: Callable[[], bool], cwd: Path | None = None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def interrupt_tune(db: Path, trials: int, attempts: int = 3) -> tuple[subprocess.CompletedProcess, int, int]:
-    """A tune interrupted once it has stored a measurement; the run, how many measurements the DB
-    held just before, and the budget it ran with. A run that finished before the interrupt reached
-    it (it outran the poll) is started again on a fresh database with four times the budget."""
+def interrupt_tune(db: Path, trials: int) -> tuple[subprocess.CompletedProcess, int]:
+    """A tune interrupted once it has stored a measurement; the run and how many measurements the DB
+    held just before."""
     seen = [0]
 
     def ready() -> bool:
         seen[0] = measurement_count(db)
         return seen[0] >= 1
 
-    for _ in range(attempts):
-        seen[0] = 0
-        r = interrupt(tune_command(db, trials), ready)
-        if r.returncode != 0:  # interrupted, or failed (the caller reports which)
-            break
-        for f in (db, *(db.with_name(db.name + x) for x in ("-wal", "-shm", "-journal"))):
-            f.unlink(missing_ok=True)
-        trials *= 4
-    return r, seen[0], trials
+    return interrupt(tune_command(db, trials), ready), seen[0]
 
 
 def compile_sigint_case(scratch: Path) -> dict:
@@ -485,8 +477,8 @@ def sigint_case(scratch: Path) -> dict:
     reaches exactly --trials measurements with no config measured twice."""
     where = scratch / "sigint"
     where.mkdir()
-    r, seen, trials = interrupt_tune(where / "t.db", 24)
-    db = where / "t.db"
+    db, trials = where / "t.db", 24
+    r, seen = interrupt_tune(db, trials)
     problems = []
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     if r.returncode != 130:
