@@ -48,6 +48,16 @@ def check_and_time(model: Any, graph: Graph, runs: Mapping[str, Any], rounds: in
     return {"max_abs_err": errors, "times": times, "arrays": arrays, "outs": outs}
 
 
+def ab_run(model: Any, modules: Mapping[str, Any], base: str, other: str, rounds: int, /,
+           **fields: Any) -> tuple[dict, dict]:
+    """Two compiled modules of ``model`` (name -> module), checked and timed by ``check_and_time``
+    on ``base``'s graph: the result (``fields`` first, then the errors and ``ab_figures``) and the
+    run itself (its buffers, for profiles)."""
+    done = check_and_time(model, modules[base].graph, {k: m.executable for k, m in modules.items()}, rounds)
+    result = {**fields, "max_abs_err": done["max_abs_err"], **ab_figures(done["times"], base, other)}
+    return result, done
+
+
 def ab_figures(times: Mapping[str, list[float]], base: str, other: str) -> dict:
     """The figures of an A/B run's ``times`` (``check_and_time``): the medians, ``other`` over
     ``base`` round by round (the ratio that counts on a host of two speeds), onnxruntime over

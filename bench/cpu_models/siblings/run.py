@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from interleaved import ab_figures, check_and_time, save  # noqa: E402
+from interleaved import ab_run, save  # noqa: E402
 
 import autotune.graph.passes as passes  # noqa: E402
 from autotune.cli.model import build_module, load  # noqa: E402
@@ -36,14 +36,9 @@ def main() -> None:
                 modules[name] = build_module(model, target, db, "NHWC", strassen=levels)
             finally:
                 passes.merge_sibling_products = merge
-    runs = {k: m.executable for k, m in modules.items()}
-    done = check_and_time(model, modules["separate"].graph, runs, rounds)
-    result = {
-        "model": spec, "db": db_path, "rounds": rounds, "strassen_levels": levels,
-        "summaries": {k: m.summary.line() for k, m in modules.items()},
-        "max_abs_err": done["max_abs_err"],
-        **ab_figures(done["times"], "separate", "merged"),
-    }
+    result, _ = ab_run(model, modules, "separate", "merged", rounds, model=spec, db=db_path,
+                       rounds=rounds, strassen_levels=levels,
+                       summaries={k: m.summary.line() for k, m in modules.items()})
     save(result, out_path, ("rounds_ms", "summaries"))
 
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from interleaved import ab_figures, check_and_time, estimated_ms, save  # noqa: E402
+from interleaved import ab_run, estimated_ms, save  # noqa: E402
 from run import by_task  # noqa: E402
 
 import autotune.graph.fusion as fusion  # noqa: E402
@@ -40,15 +40,9 @@ def main() -> None:
         finally:
             fusion.TILE_PROLOGUES, OPS["StrassenInput"] = kept, op
         modules["prologue"] = build_module(model, target, db, "NHWC")
-    runs = {k: m.executable for k, m in modules.items()}
-    done = check_and_time(model, modules["apart"].graph, runs, rounds)
-    result = {
-        "model": spec, "db": db_path, "rounds": rounds,
-        "summaries": {k: m.summary.line() for k, m in modules.items()},
-        "estimated_ms": estimated_ms(modules),
-        "max_abs_err": done["max_abs_err"],
-        **ab_figures(done["times"], "apart", "prologue"),
-    }
+    result, done = ab_run(model, modules, "apart", "prologue", rounds, model=spec, db=db_path, rounds=rounds,
+                          summaries={k: m.summary.line() for k, m in modules.items()},
+                          estimated_ms=estimated_ms(modules))
     result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
     save(result, out_path, ("rounds_ms", "summaries", "profile_ms_by_task"))
 

@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from interleaved import ab_figures, check_and_time, estimated_ms, save  # noqa: E402
+from interleaved import ab_run, estimated_ms, save  # noqa: E402
 
 from autotune.cli.model import build_module, load  # noqa: E402
 from autotune.target import cpu_target  # noqa: E402
@@ -44,16 +44,10 @@ def main() -> None:
     with TuningDatabase(db_path, readonly=True) as db:
         modules = {base: build_module(model, target, db, "NHWC", strassen=levels - 1),
                    form: build_module(model, target, db, "NHWC", strassen=levels)}
-    runs = {k: m.executable for k, m in modules.items()}
-    done = check_and_time(model, modules[base].graph, runs, rounds)
-    result = {
-        "model": spec, "db": db_path, "rounds": rounds, "levels": levels,
-        "forms": {k: m.summary.forms for k, m in modules.items()},
-        f"products_as_{form}": sum(f == form for f in modules[form].summary.forms.values()),
-        "estimated_ms": estimated_ms(modules),
-        "max_abs_err": done["max_abs_err"],
-        **ab_figures(done["times"], base, form),
-    }
+    counts = {f"products_as_{form}": sum(f == form for f in modules[form].summary.forms.values())}
+    result, done = ab_run(model, modules, base, form, rounds, model=spec, db=db_path, rounds=rounds,
+                          levels=levels, forms={k: m.summary.forms for k, m in modules.items()}, **counts,
+                          estimated_ms=estimated_ms(modules))
     result["profile_ms_by_task"] = {k: by_task(m, done["arrays"], done["outs"]) for k, m in modules.items()}
     save(result, out_path, ("rounds_ms", "profile_ms_by_task", "forms"))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from interleaved import ab_figures, check_and_time, estimated_ms, save  # noqa: E402
+from interleaved import ab_run, estimated_ms, save  # noqa: E402
 
 import autotune.graph.winograd as winograd  # noqa: E402
 from autotune.cli.model import build_module, load  # noqa: E402
@@ -36,15 +36,9 @@ def main() -> None:
                 modules[name] = build_module(model, target, db, "NHWC")
             finally:
                 winograd.STRIDES = strides
-    runs = {k: m.executable for k, m in modules.items()}
-    done = check_and_time(model, modules["stride1"].graph, runs, rounds)
-    result = {
-        "model": spec, "db": db_path, "rounds": rounds,
-        "summaries": {k: m.summary.line() for k, m in modules.items()},
-        "estimated_ms": estimated_ms(modules),
-        "max_abs_err": done["max_abs_err"],
-        **ab_figures(done["times"], "stride1", "stride1_2"),
-    }
+    result, _ = ab_run(model, modules, "stride1", "stride1_2", rounds, model=spec, db=db_path,
+                       rounds=rounds, summaries={k: m.summary.line() for k, m in modules.items()},
+                       estimated_ms=estimated_ms(modules))
     save(result, out_path, ("rounds_ms", "summaries"))
 
 
