@@ -21,7 +21,7 @@ from ..graph.compiler import (
     choose_layout,
     compile_model,
     estimated_latency,
-    prepare,
+    prepare_forms,
 )
 from ..graph.forms import default_forms
 from ..graph.frontend import from_onnx
@@ -212,10 +212,10 @@ def prepare_layouts(model: LoadedModel, layout: str, forms: Sequence[str] = (),
     target's compile does)."""
     try:
         layouts = ["NHWC", "NCHW"] if layout == "auto" else [layout]
-        out = [prepare(model.graph, lay, in_place=in_place) for lay in layouts]
+        ways = [prepare_forms(model.graph, lay, forms, in_place) for lay in layouts]
         # --winograd, --strassen: tune every form of each node; compile takes the fastest
-        every = [prepare(model.graph, lay, forms=f, in_place=in_place) for lay in layouts for f in forms]
-        return out + [p for p in every if p.forms]
+        forms_of = [p for *_, every in ways for p in every.values() if p.forms]
+        return [direct for _, direct, _ in ways] + forms_of
     except GraphError as err:
         raise UsageError(str(err)) from None
 

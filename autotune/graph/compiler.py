@@ -30,13 +30,13 @@ from records import TuningDatabase
 from schedules import make_space
 
 from .feeds import random_inputs
-from .forms import FORMS, Plan, default_forms, describe, forms_in
+from .forms import FORMS, Plan, default_forms, describe, forms_in, get_form
 from .frontend import from_onnx
 from .fusion import Group, fuse
 from .inplace import View, concats_in_place
 from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
-from .passes import optimize
+from .passes import canonicalize, finish
 from .runtime import KernelSource, check_inputs, check_outputs, make_backend
 from .tasks import KernelCall, Task, extract_tasks
 
@@ -97,7 +97,12 @@ def prepare(
     target whose backend renders views)."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    graph = optimize(load_model(model, input_shapes), layout, forms)
+    return _prepare_canonical(canonicalize(load_model(model, input_shapes), layout), layout, forms, in_place)
+
+
+def _prepare_canonical(base: Graph, layout: str, forms: Plan | None, in_place: bool) -> Prepared:
+    """``prepare`` from the graph ``passes.canonicalize`` made in ``layout``."""
+    graph = finish(base, forms)
     groups = fuse(graph)
     views: dict[str, View] = {}
     if in_place:
@@ -163,22 +168,38 @@ def choose_forms(
     """The algorithm of each node that has forms as a tunable: of its direct kernel and each form
     in ``forms`` that fits it, the one whose kernels' best recorded times add up to the least
     (direct wherever the others lack records)."""
-    graph = load_model(model, input_shapes)
     in_place = target.backend.concat_in_place
-    direct = prepare(graph, layout, in_place=in_place)
-    if not forms:
-        return direct
+    base, direct, every = prepare_forms(model, layout, forms, in_place, input_shapes)
     d_cost = _node_costs(direct, target, db)
     best: dict[str, tuple[float, str]] = {}
-    for name in forms:
-        every = prepare(graph, layout, forms=name, in_place=in_place)
-        f_cost = _node_costs(every, target, db)
-        for node in every.forms:
+    for name, prepared in every.items():
+        f_cost = _node_costs(prepared, target, db)
+        for node in prepared.forms:
             calls = _calls_of(f_cost, [node + s for s in FORMS[name].suffixes])
             cost = sum(calls.values()) if calls else math.inf
             if cost < best.get(node, (d_cost.get(node, (0, math.inf))[1], ""))[0]:
                 best[node] = (cost, name)
-    return prepare(graph, layout, forms={n: f for n, (_, f) in best.items()}, in_place=in_place)
+    if not best:
+        return direct
+    return _prepare_canonical(base, layout, {n: f for n, (_, f) in best.items()}, in_place)
+
+
+def prepare_forms(
+    model: Any,
+    layout: str,
+    forms: Sequence[str],
+    in_place: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> tuple[Graph, Prepared, dict[str, Prepared]]:
+    """The model prepared directly and in each form of ``forms`` that fits one of its nodes (form
+    -> preparation; a form that fits none is left out), from one run of the passes before the
+    forms; and that run's graph."""
+    if layout not in ("NHWC", "NCHW"):
+        raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
+    base = canonicalize(load_model(model, input_shapes), layout)
+    every = {name: _prepare_canonical(base, layout, name, in_place) for name in forms
+             if any(get_form(name).eligible(base, n) for n in base.nodes)}
+    return base, _prepare_canonical(base, layout, None, in_place), every
 
 
 def estimated_latency(tasks: Sequence[Task], target: Target, db: TuningDatabase | None) -> float:

@@ -108,6 +108,8 @@ __all__ = [
     "_new_value",
     "Pass",
     "optimize",
+    "canonicalize",
+    "finish",
 ]
 
 
@@ -117,9 +119,15 @@ __all__ = [
 def optimize(
     graph: Graph, layout: str = "NHWC", forms: Plan | None = None
 ) -> Graph:
-    """The compiler's pass pipeline, in order; ``forms`` (one form for every node it fits, or node
-    name -> form) computes nodes by fast algorithms (autotune.graph.forms);
-    last, the products are set to ``graph.precision`` (autotune.graph.precision)."""
+    """The compiler's pass pipeline, in order: ``canonicalize``, then ``finish`` (which takes the
+    forms)."""
+    return finish(canonicalize(graph, layout), forms)
+
+
+def canonicalize(graph: Graph, layout: str = "NHWC") -> Graph:
+    """The pipeline up to the algorithm forms: operators lowered to the compiler's own, constants
+    folded, ``layout`` taken, sibling products merged. Every way of computing a model in forms
+    starts from this one graph (``compiler.choose_forms`` makes it once)."""
     g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_one_hot(lower_lrn(g))))))
     g = split_to_slices(g)
@@ -133,7 +141,15 @@ def optimize(
     g = lower_conv3d(lower_batch_norm(g))
     g = convert_layout(g, layout)
     g = sink_views(scales_after_products(simplify_transposes(g)))
-    g = merge_sibling_products(fold_constants(g))
+    return merge_sibling_products(fold_constants(g))
+
+
+def finish(graph: Graph, forms: Plan | None = None) -> Graph:
+    """The rest of the pipeline on a ``canonicalize``d graph (not changed): ``forms`` (one form for
+    every node it fits, or node name -> form) computes nodes by fast algorithms
+    (autotune.graph.forms); last, the products are set to ``graph.precision``
+    (autotune.graph.precision)."""
+    g = graph
     if forms:  # a form's kernels may end in views (Strassen's halves of each row): sink them again
         g = sink_views(use_forms(g, forms))
     g = scalar_results_as_views(g)
