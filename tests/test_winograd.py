@@ -120,6 +120,24 @@ def test_every_stride_2_kernel_matches_numpy_in_sampled_configs(h: int, w: int, 
                 check_kernel(task.workload, space.steps(cfg))  # fresh random inputs, float64 reference
 
 
+@pytest.mark.parametrize("m", TILE_SIZES)
+def test_an_output_transform_with_tiles_past_the_edge_unrolls_into_vectors(m: int, check_kernel,  # noqa: ANN001
+                                                                           host_target) -> None:  # noqa: ANN001
+    """7x7 outputs in m x m tiles: the unrolled copies of the last tile row and column are guarded
+    (outputs past the edge); the guard is the same for every channel, so each copy is tested once
+    around its channel vectors instead of making a scalar loop of them."""
+    from schedules import make_space
+
+    lanes = host_target.vector_lanes
+    task = next(t for t in prepare(_conv_model(8, 2 * lanes, 9, 9, 1, 0), "NHWC", forms=f"winograd{m}").tasks
+                if t.label.startswith("winograd_out"))
+    space = make_space(task.workload, host_target)
+    cfg = {**space.default_config(), "unroll_coefficients": 1}
+    prog = check_kernel(task.workload, space.steps(cfg))  # fresh random inputs, float64 reference
+    assert "if (" in prog.source and "at_vstore(" in prog.source
+    assert "#pragma omp simd" not in prog.source
+
+
 def test_only_the_named_eligible_convolutions_are_rewritten() -> None:
     g = load_model(RESNET)
     every = prepare(g, "NHWC", forms="winograd2")

@@ -175,6 +175,12 @@ def free_vars_deep(e: Expr) -> set[Var]:
     return {n for n in _walk_deep(e) if isinstance(n, Var)}
 
 
+def _invariant(cond: Expr, var: Var) -> bool:
+    """Whether ``cond`` is the same on every iteration of ``var``'s loop: it neither names ``var``
+    nor reads memory (which the loop may write)."""
+    return all(n is not var and not isinstance(n, (Load, VLoad, Gather)) for n in _walk_deep(cond))
+
+
 VECTOR_CALLS = ("exp", "sigmoid", "tanh")  # math functions the renderers have lane-wise versions of
 
 
@@ -299,6 +305,11 @@ def vectorize_loops(s: Stmt, lanes: int, masks: bool = False, half: bool = False
             if done is not None:
                 return done
         return For(s.var, s.extent, vectorize_loops(s.body, lanes, masks, half), s.kind)
+    if isinstance(s.body, IfThen) and _invariant(s.body.cond, s.var):
+        # a guard the lanes share (a split's tail: a row past the edge): tested once, around the
+        # vectors, not on every element of a scalar loop
+        inner = For(s.var, s.extent, s.body.body, s.kind)
+        return IfThen(s.body.cond, vectorize_loops(inner, lanes, masks, half))
     stores = s.body.stmts if isinstance(s.body, Seq) else [s.body]
     if any(isinstance(x, Store) and _coeff(x.index, s.var)[0] == 0 for x in stores):
         # a vectorized reduction loop: lanes that accumulate separately, or else in order
