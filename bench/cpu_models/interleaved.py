@@ -13,15 +13,17 @@ import numpy as np
 
 from autotune.aligned import aligned_empty
 from autotune.cli.bench import time_callable
-from autotune.cli.model import QUIET_GAP_S, onnxruntime_session
+from autotune.cli.model import QUIET_GAP_S, compare, onnxruntime_session
 from autotune.graph.feeds import random_inputs
 from autotune.graph.ir import Graph
+from autotune.graph.precision import output_tolerance
 from autotune.graph.runtime import check_inputs
 
 
 def check_and_time(model: Any, graph: Graph, runs: Mapping[str, Any], rounds: int, repeat: int = 9) -> dict:
     """Every loaded module of ``graph`` in ``runs`` (name -> executable) against onnxruntime on one
-    random input (max abs error within 1e-4 of the output scale, else AssertionError), then each
+    random input (``bench.py``'s check: max abs error within ``output_tolerance`` of the largest
+    reference magnitude, else AssertionError), then each
     and onnxruntime timed in ``rounds`` rounds (the modules in alternating order, a quiet gap
     before each block): median of ``repeat`` runs per block. Returns ``{"max_abs_err": {name: e},
     "times": {name: [s, ...]}, "arrays": inputs, "outs": outputs}`` (the buffers, for profiles)."""
@@ -31,12 +33,11 @@ def check_and_time(model: Any, graph: Graph, runs: Mapping[str, Any], rounds: in
     sess = onnxruntime_session(model)
     ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
     expect = sess.run(None, ort_feeds)
-    scale = max(float(np.max(np.abs(e))) for e in expect)
     errors = {}
     for name, ex in runs.items():
         ex.run(arrays, outs)
-        errors[name] = max(float(np.max(np.abs(o - e))) for o, e in zip(outs, expect))
-        assert errors[name] <= 1e-4 * max(1.0, scale), f"{name}: max abs err {errors[name]}"
+        errors[name], rel = compare(outs, expect)
+        assert rel <= output_tolerance(graph.precision), f"{name}: max abs err {errors[name]} ({rel:.2e})"
     times: dict[str, list[float]] = {k: [] for k in [*runs, "onnxruntime"]}
     for r in range(rounds):
         for name in list(runs)[:: 1 if r % 2 == 0 else -1]:
