@@ -95,9 +95,14 @@ def prepare(
     (``forms.FORMS``) for every node it fits, or node name -> form; ``in_place``: concatenations
     written in place by their inputs' producers where they can be (``graph.inplace``; for a
     target whose backend renders views)."""
+    return _prepare_canonical(_canonical(model, layout, input_shapes), layout, forms, in_place)
+
+
+def _canonical(model: Any, layout: str, input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
+    """The model imported (unless given a Graph) and taken through ``passes.canonicalize``."""
     if layout not in ("NHWC", "NCHW"):
         raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    return _prepare_canonical(canonicalize(load_model(model, input_shapes), layout), layout, forms, in_place)
+    return canonicalize(load_model(model, input_shapes), layout)
 
 
 def _prepare_canonical(base: Graph, layout: str, forms: Plan | None, in_place: bool) -> Prepared:
@@ -194,9 +199,7 @@ def prepare_forms(
     """The model prepared directly and in each form of ``forms`` that fits one of its nodes (form
     -> preparation; a form that fits none is left out), from one run of the passes before the
     forms; and that run's graph."""
-    if layout not in ("NHWC", "NCHW"):
-        raise GraphError(f"unknown layout {layout!r}; valid: NHWC, NCHW")
-    base = canonicalize(load_model(model, input_shapes), layout)
+    base = _canonical(model, layout, input_shapes)
     every = {name: _prepare_canonical(base, layout, name, in_place) for name in forms
              if any(get_form(name).eligible(base, n) for n in base.nodes)}
     return base, _prepare_canonical(base, layout, None, in_place), every
