@@ -149,7 +149,8 @@ PROFILE_SUFFIX = "_profile"
 
 
 class CpuModuleBackend(ModuleBackend):
-    """gcc: kernels -> objects (parallel, cached) -> one shared library with the entry point."""
+    """gcc: kernels -> objects (parallel, cached) -> one shared library, the entry point compiled
+    in the link."""
 
     kind = "cpu"
 
@@ -205,17 +206,22 @@ class CpuModuleBackend(ModuleBackend):
         graph: Graph,
         plan: MemoryPlan,
     ) -> str:
-        """Path of the built (or cached) shared library."""
-        units = [k.source for k in kernels] + [entry_source(entry, calls, call_kernels, graph, plan)]
+        """Path of the built (or cached) shared library: each kernel an object of its own (cached
+        by its source, so a model compiled again rebuilds only the kernels that changed), the
+        entry point compiled in the same gcc call that links them (it is the module's own)."""
+        text = entry_source(entry, calls, call_kernels, graph, plan)
         with ThreadPoolExecutor(self.workers) as pool:
-            objects = list(pool.map(self._object, units))
-        digest = hashlib.sha256("\n".join(o.name for o in objects).encode()).hexdigest()[:32]
+            objects = list(pool.map(self._object, [k.source for k in kernels]))
+        names = [o.name for o in objects] + [self._keyer.cache_key(text)]
+        digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:32]
         lib = self.cache_dir / f"{entry}_{digest}.so"
         if not lib.is_file():
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=".tmp-") as tmp:
-                out = Path(tmp) / "module.so"
-                cmd = [self.options.compiler, *self._flags(False), "-o", str(out), *map(str, objects), "-lm"]
-                self._run(cmd, tmp)
+                src, out = Path(tmp) / "entry.c", Path(tmp) / "module.so"
+                src.write_text(text)
+                self._run([self.options.compiler, *self._flags(False), "-o", str(out), str(src),
+                           *map(str, objects), "-lm"], tmp)
                 os.replace(out, lib)
         return str(lib)
 
