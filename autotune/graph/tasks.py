@@ -126,7 +126,8 @@ def group_spec(group: Group, g: Graph) -> tuple[dict, list[str]]:
             return None
         if v in producer:
             return ["node", visit(producer[v])]
-        if v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiub":
+        if (v in g.consts and g.consts[v].size == 1 and g.consts[v].dtype.kind in "fiub"
+                and op_def(user.op).takes_literal(pos)):
             c = g.consts[v]
             if c.dtype == np.float32:
                 return ["scalar", _json_number(float(c.reshape(-1)[0]))]

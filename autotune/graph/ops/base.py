@@ -75,6 +75,13 @@ class OpDef:
     # (``unary``, ``binary``, ``compare``, ``reduce``; ``!compare``: the operator's negation).
     # ATen operators that become several of these (``linear``, ``convolution``) are the frontend's.
     aten: dict[str, str] = field(default_factory=dict)
+    # operand positions the te reads as tensors (their shape, or elements by index), None for every
+    # operand: a one-element constant there reaches the kernel as an input, not folded to a literal
+    tensor_operands: tuple[int, ...] | None = ()
+
+    def takes_literal(self, pos: int) -> bool:
+        """Whether a one-element constant at operand ``pos`` may reach the te as a literal."""
+        return self.tensor_operands is not None and pos not in self.tensor_operands
 
 
 OPS: dict[str, OpDef] = {}
@@ -98,6 +105,7 @@ def register(
             dict(getattr(cls, "output_operands", {})),
             tuple(getattr(cls, "shape_only_outputs", ())),
             dict(getattr(cls, "aten", {})),
+            getattr(cls, "tensor_operands", ()),
         )
         return cls
 

@@ -94,6 +94,8 @@ register("Transpose", INJECTIVE)(_Transpose)
 
 
 class _Concat:
+    tensor_operands = None  # (every input: its length along the axis)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         ts = [same(t) for t, i in zip(types, node.inputs) if i]
@@ -476,6 +478,8 @@ register("Gather", INJECTIVE)(_Gather)
 
 
 class _GatherElements:
+    tensor_operands = (1,)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         x, ind = same(types[0]), same(types[1])
@@ -510,6 +514,8 @@ register("GatherElements", INJECTIVE)(_GatherElements)
 
 
 class _GatherND:
+    tensor_operands = (1,)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         x, ind = same(types[0]), same(types[1])

@@ -204,6 +204,8 @@ class _Conv:
     """2-d convolutions (1-d ones through ``lifted``); 3-d ones are typed and evaluated here and
     computed as 2-d ones over depth-stacked channels (``passes.lower_conv3d``)."""
 
+    tensor_operands = (1, 2)  # weight, bias
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         check_operands(node, types)
@@ -284,6 +286,8 @@ def matmul_shape(a: Sequence[int], b: Sequence[int], name: str) -> tuple[int, ..
 
 
 class _MatMul:
+    tensor_operands = (0, 1)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         check_operands(node, types)

@@ -395,6 +395,8 @@ def _check_conv_transpose(node: Node) -> str | None:
 
 
 class _ConvTranspose:
+    tensor_operands = (1, 2)  # weight, bias
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         float_only(node, types)

@@ -149,6 +149,8 @@ class _ScatterByTable:
     """``(data, flat updates, table)``: each output element is its data element combined, in the
     table's order, with the update elements the table names (see :func:`scatter_table`)."""
 
+    tensor_operands = (0, 1, 2)
+
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
         return [same(types[0])]
