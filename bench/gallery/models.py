@@ -9,6 +9,7 @@ are, so that the evaluation side can make random inputs of the right kind withou
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import types
 from dataclasses import dataclass, field
@@ -281,6 +282,84 @@ _HF: dict[str, tuple[str, str, dict, str]] = {
     "hf_swin": ("SwinConfig", "SwinModel", {"image_size": 64, "embed_dim": 32, "depths": [1, 2],
                                             "num_heads": [1, 2], "window_size": 4}, "image"),
 }
+# a second set: more encoders and decoders, vision and audio backbones, and task heads of one output
+# channel or label (depth maps, a one-class segmentation, regression heads)
+_TOK = dict(_HF_TINY, vocab_size=_HF_VOCAB)
+_IMG = dict(_HF_TINY, image_size=64, patch_size=16)
+_AUDIO = dict(_HF_TINY, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+_STAGES = {"depths": [1, 1, 1, 1], "hidden_sizes": [16, 32, 64, 128]}
+_MIX = {"num_encoder_blocks": 2, "depths": [1, 1], "sr_ratios": [2, 1], "hidden_sizes": [32, 64],
+        "num_attention_heads": [1, 2], "mlp_ratios": [2, 2], "patch_sizes": [7, 3], "strides": [4, 2]}
+_REGNET = {"depths": [1, 1, 1, 1], "hidden_sizes": [32, 64, 128, 256], "groups_width": 16}
+_HF_MORE: dict[str, tuple[str, str, dict, str]] = {
+    "mpnet": ("MPNetConfig", "MPNetModel", _TOK, "tokens"),
+    "roformer": ("RoFormerConfig", "RoFormerModel", dict(_TOK, embedding_size=128), "tokens"),
+    "funnel": ("FunnelConfig", "FunnelBaseModel",
+               {"block_sizes": [1, 1], "d_model": 128, "n_head": 2, "d_head": 64, "d_inner": 512,
+                "vocab_size": _HF_VOCAB}, "tokens"),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXModel", _TOK, "tokens"),
+    "gptj": ("GPTJConfig", "GPTJModel",
+             {"n_layer": 2, "n_embd": 128, "n_head": 2, "rotary_dim": 32, "vocab_size": _HF_VOCAB}, "tokens"),
+    "stablelm": ("StableLmConfig", "StableLmModel", dict(_TOK, num_key_value_heads=2), "tokens"),
+    "phi3": ("Phi3Config", "Phi3Model", dict(_TOK, num_key_value_heads=2, pad_token_id=0), "tokens"),
+    "olmo": ("OlmoConfig", "OlmoModel", dict(_TOK, num_key_value_heads=2), "tokens"),
+    "megatron_bert": ("MegatronBertConfig", "MegatronBertModel", _TOK, "tokens"),
+    "rembert": ("RemBertConfig", "RemBertModel",
+                dict(_TOK, input_embedding_size=64, output_embedding_size=64), "tokens"),
+    "ibert": ("IBertConfig", "IBertModel", _TOK, "tokens"),
+    "bert_generation": ("BertGenerationConfig", "BertGenerationEncoder", _TOK, "tokens"),
+    "splinter": ("SplinterConfig", "SplinterModel", _TOK, "tokens"),
+    "xmod": ("XmodConfig", "XmodModel", dict(_TOK, languages=["en_XX"], default_language="en_XX"), "tokens"),
+    "esm": ("EsmConfig", "EsmModel",
+            dict(_TOK, pad_token_id=1, position_embedding_type="rotary", max_position_embeddings=130),
+            "tokens"),
+    "data2vec_text": ("Data2VecTextConfig", "Data2VecTextModel", _TOK, "tokens"),
+    "swinv2": ("Swinv2Config", "Swinv2Model",
+               {"image_size": 64, "embed_dim": 32, "depths": [1, 2], "num_heads": [1, 2],
+                "window_size": 4}, "image"),
+    "convnextv2": ("ConvNextV2Config", "ConvNextV2Model", dict(_STAGES, depths=[1, 1, 2, 1]), "image"),
+    "hf_regnet": ("RegNetConfig", "RegNetModel", _REGNET, "image"),
+    "hf_efficientnet": ("EfficientNetConfig", "EfficientNetModel", {"image_size": 64}, "image"),
+    "hf_mobilenet_v1": ("MobileNetV1Config", "MobileNetV1Model", {"image_size": 64, "depth_multiplier": 0.5},
+                        "image"),
+    "hf_mobilenet_v2": ("MobileNetV2Config", "MobileNetV2Model", {"image_size": 64, "depth_multiplier": 0.5},
+                        "image"),
+    "bit": ("BitConfig", "BitModel",
+            {"depths": [1, 1, 1, 1], "hidden_sizes": [64, 128, 256, 512], "embedding_size": 32,
+             "num_groups": 8}, "image"),
+    "pvt": ("PvtConfig", "PvtModel", dict(_STAGES, image_size=64, num_attention_heads=[1, 2, 2, 4]), "image"),
+    "focalnet": ("FocalNetConfig", "FocalNetModel",
+                 {"image_size": 64, "embed_dim": 32, "depths": [1, 1, 1, 1]}, "image"),
+    "swiftformer": ("SwiftFormerConfig", "SwiftFormerModel",
+                    {"depths": [1, 1, 1, 1], "embed_dims": [16, 32, 64, 128]}, "image"),
+    "yolos": ("YolosConfig", "YolosModel", dict(_IMG, image_size=[64, 64], num_detection_tokens=10), "image"),
+    "vit_msn": ("ViTMSNConfig", "ViTMSNModel", _IMG, "image"),
+    "data2vec_vision": ("Data2VecVisionConfig", "Data2VecVisionModel", _IMG, "image"),
+    "glpn": ("GLPNConfig", "GLPNModel", _MIX, "image"),
+    "wavlm": ("WavLMConfig", "WavLMModel", _AUDIO, "signal"),
+    "sew": ("SEWConfig", "SEWModel", dict(_AUDIO, squeeze_factor=2), "signal"),
+    "unispeech": ("UniSpeechConfig", "UniSpeechModel", _AUDIO, "signal"),
+    "data2vec_audio": ("Data2VecAudioConfig", "Data2VecAudioModel", _AUDIO, "signal"),
+    # heads of one output channel or label
+    "glpn_depth": ("GLPNConfig", "GLPNForDepthEstimation",
+                   dict(_STAGES, num_encoder_blocks=4, sr_ratios=[8, 4, 2, 1],
+                        num_attention_heads=[1, 1, 2, 4], decoder_hidden_size=32), "image"),
+    "dpt_depth": ("DPTConfig", "DPTForDepthEstimation",
+                  dict(_IMG, num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3],
+                       neck_hidden_sizes=[16, 32, 64, 128], fusion_hidden_size=32, head_in_index=-1),
+                  "image"),
+    "segformer_one_class": ("SegformerConfig", "SegformerForSemanticSegmentation",
+                            dict(_MIX, num_labels=1, decoder_hidden_size=32), "image"),
+    "bert_regression": ("BertConfig", "BertForSequenceClassification", dict(_TOK, num_labels=1), "tokens"),
+    "vit_regression": ("ViTConfig", "ViTForImageClassification", dict(_IMG, num_labels=1), "image"),
+    "regnet_regression": ("RegNetConfig", "RegNetForImageClassification", dict(_REGNET, num_labels=1),
+                          "image"),
+    "convnext_regression": ("ConvNextConfig", "ConvNextForImageClassification",
+                            dict(_STAGES, depths=[1, 1, 2, 1], num_labels=1), "image"),
+}
+_HF_MORE_OUTPUT = {"glpn_depth": "predicted_depth", "dpt_depth": "predicted_depth"}  # else logits / state
+_HF.update(_HF_MORE)
 _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
               "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
               "segformer": "SegFormer", "mobilevit": "MobileViT", "wav2vec2": "Wav2Vec2", "hubert": "HuBERT",
@@ -398,7 +477,11 @@ def _specs() -> list[ModelSpec]:
         inputs = _hf_inputs(kind)
         note = {"token_ids": "2 layers of width 128", "image": "small config, 64x64 image",
                 "signal": "small config, a 4000-sample waveform"}[inputs[0].kind]
-        out.append(ModelSpec(kind, _HF_FAMILY[kind], 33, _hf(kind), inputs, ("last_hidden_state",), note))
+        head = re.search(r"For[A-Z]", _HF[kind][1]) is not None  # BertForSequenceClassification
+        output = _HF_MORE_OUTPUT.get(kind, "logits" if head else "last_hidden_state")
+        family = _HF_FAMILY.get(kind) or _HF[kind][0].removesuffix("Config")
+        rank = 35 if kind in _HF_MORE else 33
+        out.append(ModelSpec(kind, family, rank, _hf(kind), inputs, (output,), note))
     return sorted(out, key=lambda s: (s.rank, s.name))
 
 
