@@ -359,6 +359,20 @@ _HF_MORE: dict[str, tuple[str, str, dict, str]] = {
                             dict(_STAGES, depths=[1, 1, 2, 1], num_labels=1), "image"),
 }
 _HF_MORE_OUTPUT = {"glpn_depth": "predicted_depth", "dpt_depth": "predicted_depth"}  # else logits / state
+_HF_MORE_FAMILY = {"mpnet": "MPNet", "roformer": "RoFormer", "funnel": "Funnel Transformer",
+                   "gpt_neox": "GPT-NeoX", "gptj": "GPT-J", "stablelm": "StableLM", "phi3": "Phi-3",
+                   "olmo": "OLMo", "megatron_bert": "Megatron-BERT", "rembert": "RemBERT",
+                   "ibert": "I-BERT", "bert_generation": "BertGeneration", "splinter": "Splinter",
+                   "xmod": "X-MOD", "esm": "ESM", "data2vec_text": "Data2Vec", "swinv2": "Swin",
+                   "convnextv2": "ConvNeXt V2", "hf_regnet": "RegNet",
+                   "hf_efficientnet": "EfficientNet V1", "hf_mobilenet_v1": "MobileNet V1",
+                   "hf_mobilenet_v2": "MobileNet V2", "bit": "BiT", "pvt": "PVT", "focalnet": "FocalNet",
+                   "swiftformer": "SwiftFormer", "yolos": "YOLOS", "vit_msn": "ViT",
+                   "data2vec_vision": "Data2Vec", "glpn": "GLPN", "wavlm": "WavLM", "sew": "SEW",
+                   "unispeech": "UniSpeech", "data2vec_audio": "Data2Vec", "glpn_depth": "GLPN",
+                   "dpt_depth": "DPT", "segformer_one_class": "SegFormer", "bert_regression": "BERT",
+                   "vit_regression": "ViT", "regnet_regression": "RegNet",
+                   "convnext_regression": "ConvNeXt"}
 _HF.update(_HF_MORE)
 _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Gemma", "falcon": "Falcon",
               "xlm_roberta": "XLM-RoBERTa", "electra": "ELECTRA", "deit": "DeiT", "beit": "BEiT",
@@ -479,7 +493,7 @@ def _specs() -> list[ModelSpec]:
                 "signal": "small config, a 4000-sample waveform"}[inputs[0].kind]
         head = re.search(r"For[A-Z]", _HF[kind][1]) is not None  # BertForSequenceClassification
         output = _HF_MORE_OUTPUT.get(kind, "logits" if head else "last_hidden_state")
-        family = _HF_FAMILY.get(kind) or _HF[kind][0].removesuffix("Config")
+        family = _HF_FAMILY.get(kind) or _HF_MORE_FAMILY[kind]
         rank = 35 if kind in _HF_MORE else 33
         out.append(ModelSpec(kind, family, rank, _hf(kind), inputs, (output,), note))
     return sorted(out, key=lambda s: (s.rank, s.name))
