@@ -79,6 +79,20 @@ def test_scatter_nd_of_slices_and_of_elements(reduction: str, cache: str) -> Non
         np.testing.assert_allclose(y, reference("ScatterND", data, indices, updates, reduction), rtol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["ScatterND", "ScatterElements"])
+def test_a_scatter_of_no_index_is_its_data(op: str, cache: str) -> None:
+    """An assignment to an empty slice (torch exports it as a scatter of empty indices and updates,
+    as in Swin3D's window mask) leaves the data as it is."""
+    data = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    indices = np.zeros((0, 1) if op == "ScatterND" else (0, 3), np.int64)
+    updates = np.zeros((0, 3), np.float32)
+    module = compile_model(from_onnx(scatter_model(op, data, indices, updates)), db=None, verbose=False,
+                           cache_dir=cache, workers=1)
+    assert not [n for n in module.prepared.graph.nodes if n.op.startswith("Scatter")]
+    (y,) = module.run({"data": data, "updates": updates})
+    np.testing.assert_array_equal(y, data)
+
+
 def test_what_is_not_compiled_is_rejected_by_name() -> None:
     data = np.zeros((2, 3), np.float32)
     many = np.zeros((MAX_UPDATES_PER_ELEMENT + 1, 1), np.int64)

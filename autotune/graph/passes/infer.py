@@ -72,6 +72,10 @@ def _type_node(
     alone (``OpDef.shape_only_outputs``: Shape, EyeLike, Dropout's mask). ``empty`` holds the values
     emptied by the data flow (0-sized model inputs, empty results and what folds from them); a kernel
     may not read one."""
+    if (n.op in ("ScatterND", "ScatterElements") and len(n.inputs) == 3
+            and all(i in types and 0 in types[i].shape for i in n.inputs[1:])):
+        # no index and no update (an assignment to an empty slice: Swin3D's window mask): the data
+        n.op, n.inputs, n.attrs = "Identity", n.inputs[:1], {}
     d = op_def(n.op)
     in_types = [types.get(i) if i else None for i in n.inputs]
     for i, t in zip(n.inputs, in_types):
