@@ -479,6 +479,14 @@ def _specs() -> list[ModelSpec]:
         ("mc3_18", "Video ResNet", 34, _tv_dense("video", "mc3_18"), _video(), "8 frames of 112x112"),
         ("r2plus1d_18", "Video ResNet", 34, _tv_dense("video", "r2plus1d_18"), _video(),
          "8 frames of 112x112"),
+        # more depths and widths of the families above, and a video transformer
+        ("resnet34", "ResNet", 36, _tv("resnet34"), _image(), ""),
+        ("densenet169", "DenseNet", 36, _tv("densenet169"), _image(), ""),
+        ("efficientnet_b3", "EfficientNet V1", 36, _tv("efficientnet_b3"), _image(300), "300x300 input"),
+        ("regnet_y_1_6gf", "RegNet", 36, _tv("regnet_y_1_6gf"), _image(), ""),
+        ("resnet50_one_class", "ResNet", 36, _tv("resnet50", num_classes=1), _image(160),
+         "one output, 160x160 input"),
+        ("swin3d_t", "Video Swin", 36, _tv_dense("video", "swin3d_t"), _video(), "8 frames of 112x112"),
     ]
     out = [ModelSpec(n, f, r, b, i, ("logits",), note) for n, f, r, b, i, note in v]
     for j, kind in enumerate(("bert", "distilbert", "roberta", "gpt2", "t5_encoder")):
