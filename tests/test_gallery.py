@@ -65,7 +65,8 @@ def test_table_and_json_round_trip(tmp_path: Path) -> None:
 def test_selection_orders_cheap_models_first_and_names_unknown_ones() -> None:
     picked = gallery.select(["vit_b_16", "resnet18", "bert_tiny"], [], None)
     assert [s.name for s in picked] == ["bert_tiny", "resnet18", "vit_b_16"]
-    assert {s.name for s in gallery.select([], ["resnet"], None)} == {"resnet18", "resnet50", "hf_resnet"}
+    assert {s.name for s in gallery.select([], ["resnet"], None)} == {"resnet18", "resnet34", "resnet50",
+                                                                      "resnet50_one_class", "hf_resnet"}
     assert all(s.rank <= 2 for s in gallery.select([], [], 2)) and gallery.select([], [], 2)
     with pytest.raises(ValueError, match="nope.*family 'zz'"):
         gallery.select(["nope"], ["zz"], None)
