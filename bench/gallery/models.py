@@ -381,7 +381,7 @@ _HF_FAMILY = {"gpt_neo": "GPT-Neo", "bloom": "BLOOM", "phi": "Phi", "gemma": "Ge
               "deberta_v2": "DeBERTa-v2", "mobilebert": "MobileBERT", "squeezebert": "SqueezeBERT",
               "convbert": "ConvBERT", "clip_text": "CLIP", "clip_vision": "CLIP", "dinov2": "DINOv2",
               "levit": "LeViT", "poolformer": "PoolFormer", "hf_convnext": "ConvNeXt", "hf_resnet": "ResNet",
-              "hf_swin": "Swin"}
+              "hf_swin": "Swin", **_HF_MORE_FAMILY}
 
 
 def _hf(kind: str) -> Callable[[], Any]:
@@ -501,9 +501,8 @@ def _specs() -> list[ModelSpec]:
                 "signal": "small config, a 4000-sample waveform"}[inputs[0].kind]
         head = re.search(r"For[A-Z]", _HF[kind][1]) is not None  # BertForSequenceClassification
         output = _HF_MORE_OUTPUT.get(kind, "logits" if head else "last_hidden_state")
-        family = _HF_FAMILY.get(kind) or _HF_MORE_FAMILY[kind]
         rank = 35 if kind in _HF_MORE else 33
-        out.append(ModelSpec(kind, family, rank, _hf(kind), inputs, (output,), note))
+        out.append(ModelSpec(kind, _HF_FAMILY[kind], rank, _hf(kind), inputs, (output,), note))
     return sorted(out, key=lambda s: (s.rank, s.name))
 
 
