@@ -127,14 +127,29 @@ class Gathers(torch.nn.Module):
         return y + x[:, 0].unsqueeze(-1) + x.as_strided((2, 4, 1), (12, 1, 1)) + picked * cut
 
 
+class Edges(torch.nn.Module):
+    """Convolutions padded "valid" and "same" (ATen then writes one padding for every spatial dim),
+    and a rotary split whose pass-through half is empty (Phi-3 rotates every channel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.valid = torch.nn.Conv2d(3, 8, 3, padding="valid")
+        self.same = torch.nn.Conv2d(8, 8, 4, padding="same", bias=False)
+
+    def forward(self, x):
+        y = self.same(self.valid(x))
+        rot = y.shape[-1]
+        return torch.cat([y[..., :rot].sin(), y[..., rot:] * 2.0], -1)
+
+
 def _inputs(name: str):
     g = torch.Generator().manual_seed(1)
     if name == "embed":
         mask = torch.ones(2, 7, dtype=torch.int64)
         mask[0, 4:] = 0
         return (torch.randint(0, 50, (2, 7), generator=g), mask)
-    shapes = {"convnet": (2, 3, 16, 16), "gathers": (2, 3, 4), "video": (1, 3, 4, 12, 12),
-              "resample": (1, 6, 9, 10)}
+    shapes = {"convnet": (2, 3, 16, 16), "edges": (2, 3, 12, 11), "gathers": (2, 3, 4),
+              "video": (1, 3, 4, 12, 12), "resample": (1, 6, 9, 10)}
     shape = shapes.get(name, (2, 8, 32))
     return (torch.randn(*shape, generator=g),)
 
@@ -146,7 +161,7 @@ def _close(got, want) -> None:
 @pytest.mark.parametrize(
     "name,cls",
     [("convnet", ConvNet), ("block", Block), ("embed", Embed), ("gathers", Gathers), ("video", VideoNet),
-     ("resample", Resample)],
+     ("resample", Resample), ("edges", Edges)],
 )
 def test_torch_compile_backend_matches_eager(name, cls, caplog):
     torch.manual_seed(0)

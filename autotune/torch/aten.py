@@ -15,7 +15,6 @@ is not supported: it runs in eager PyTorch (see ``partition``).
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any, Callable, Sequence
 
@@ -350,18 +349,25 @@ def _conv(cx: Emitter, node: torch.fx.Node) -> str:
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = node.args[:9]
     ins = [cx.value(x), cx.value(w)] + ([cx.value(b)] if b is not None else [])
     k = rank_of(w) - 2
-    pads = [int(p) for p in padding] * 2 if len(padding) == k else None
-    if pads is None:
-        raise GraphError(f"convolution padding {padding}")
+
+    def per_dim(values: Sequence[int], what: str) -> list[int]:
+        """One value per spatial dim (ATen writes one value for all of them as a list of one)."""
+        values = [int(v) for v in values]
+        if len(values) == 1:
+            return values * k
+        if len(values) != k:
+            raise GraphError(f"convolution {what} {values} for {k} spatial dims")
+        return values
+
     attrs = dict(
-        strides=list(stride),
-        pads=pads,
-        dilations=list(dilation),
+        strides=per_dim(stride, "stride"),
+        pads=per_dim(padding, "padding") * 2,
+        dilations=per_dim(dilation, "dilation"),
         group=int(groups),
         kernel_shape=list(tensor_vals(w)[0].shape[2:]),
     )
     if transposed:
-        return cx.one("ConvTranspose", ins, output_padding=list(out_pad), **attrs)
+        return cx.one("ConvTranspose", ins, output_padding=per_dim(out_pad, "output padding"), **attrs)
     return cx.one("Conv", ins, **attrs)
 
 
@@ -763,6 +769,4 @@ def supported(node: torch.fx.Node) -> str | None:
         return str(err)
     if len({v.device.type for v in every}) > 1:  # a region runs on one device (its target)
         return "tensors on the CPU and the GPU"
-    if any(math.prod(v.shape) == 0 for v in vals):
-        return "an empty tensor"
     return None

@@ -71,10 +71,12 @@ def region_graph(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node], name:
                 cx.consts[vname] = arr if arr.dtype != np.float64 else arr.astype(np.float32)
             else:
                 try:
-                    cx.types[vname] = static_type(src.meta["val"])
+                    cx.types[vname] = t = static_type(src.meta["val"])
                 except (GraphError, KeyError) as err:
                     problems[node.name] = f"input {src.name}: {err}"
                     continue
+                if 0 in t.shape:  # it holds nothing: known now, as an ONNX model's 0-sized input
+                    cx.consts[vname] = np.zeros(t.shape, t.dtype)
                 inputs.append(src)
             cx.names[src] = [vname]
     emitted: dict[str, str] = {}  # IR node name prefix -> FX node name

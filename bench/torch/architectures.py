@@ -4,7 +4,9 @@
 
 Models: torchvision's classification models (``tv:NAME``, random weights, 1x3x224x224) and Hugging
 Face transformers (``hf:NAME``, small random configs: 2 layers, hidden 64, 4 heads; token ids and an
-attention mask of length 16, or a 1x3x64x64 image), each in its own process (a crash or a hang is
+attention mask of length 16, or a 1x3x64x64 image), and any model of the ONNX gallery
+(``gallery:NAME``, ``python -m bench.gallery --list``: built and scaled as for its export, with
+its example inputs), each in its own process (a crash or a hang is
 that model's row, ``--timeout`` seconds). Per model: whether every operator of Dynamo's graphs was
 compiled or which ran in eager PyTorch, the largest difference from eager relative to the output's
 largest value, and whether the output depends on the input at all (a random classifier can map
@@ -30,6 +32,7 @@ TORCHVISION = ("resnet18 mobilenet_v3_small efficientnet_b0 convnext_tiny regnet
 TRANSFORMERS = ("bert gpt2 distilbert roberta t5 vit albert electra llama mistral qwen2 opt deberta convnext "
                 "swin bart mobilebert xlm_roberta phi gemma").split()
 DEFAULT = [f"tv:{m}" for m in TORCHVISION] + [f"hf:{m}" for m in TRANSFORMERS]
+ROOT = Path(__file__).resolve().parents[2]  # the children import bench.gallery from here
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 
 
@@ -97,7 +100,13 @@ def check(spec: str) -> dict:
     logging.getLogger("autotune.torch").setLevel(logging.INFO)
     torch.manual_seed(0)
     kind, name = spec.split(":")
-    if kind == "tv":
+    if kind == "gallery":
+        from bench.gallery.export import _example_inputs, well_scaled
+        from bench.gallery.models import MODELS
+
+        gspec = MODELS[name]
+        model, args = well_scaled(gspec.build(), gspec), _example_inputs(gspec)
+    elif kind == "tv":
         from bench.gallery.models import import_torchvision
 
         tvm = import_torchvision().models
@@ -113,6 +122,8 @@ def check(spec: str) -> dict:
         want = _first(model(*args))
         got = _first(torch.compile(model, backend="autotune")(*args))
         other = _first(model(*(torch.randn_like(a) if a.is_floating_point() else a for a in args)))
+        if kind == "gallery" and not any(a.is_floating_point() for a in args):  # token ids only
+            other = _first(model(*(torch.roll(a, 1, -1) if i == 0 else a for i, a in enumerate(args))))
     scale = float(want.abs().max())
     eager = [ln.split("eager PyTorch for ", 1)[1] for ln in lines if "eager PyTorch for" in ln]
     return {"model": spec, "status": "ok", "seconds": round(time.perf_counter() - t0, 1),
@@ -123,7 +134,8 @@ def check(spec: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(DEFAULT), help="comma-separated tv:NAME / hf:NAME")
+    p.add_argument("--models", default=",".join(DEFAULT),
+                   help="comma-separated tv:NAME / hf:NAME / gallery:NAME")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--one", help=argparse.SUPPRESS)  # (a child process: one model, its row on stdout)
@@ -135,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     for spec in [m for m in args.models.split(",") if m]:
         t0 = time.perf_counter()
         try:
-            done = subprocess.run([sys.executable, __file__, "--one", spec], capture_output=True, text=True,
-                                  timeout=args.timeout)
+            done = subprocess.run([sys.executable, "-m", "bench.torch.architectures", "--one", spec],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
             row = next((json.loads(ln[4:]) for ln in done.stdout.splitlines() if ln.startswith("ROW ")), None)
             if row is None:
                 err = (done.stderr.strip().splitlines() or ["no output"])[-1]
