@@ -129,7 +129,8 @@ class Gathers(torch.nn.Module):
 
 class Edges(torch.nn.Module):
     """Convolutions padded "valid" and "same" (ATen then writes one padding for every spatial dim),
-    and a rotary split whose pass-through half is empty (Phi-3 rotates every channel)."""
+    a rotary split whose pass-through half is empty (Phi-3 rotates every channel), slice writes
+    (Funnel's pooling) and repeat (SwiftFormer's positional tiling)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -139,7 +140,10 @@ class Edges(torch.nn.Module):
     def forward(self, x):
         y = self.same(self.valid(x))
         rot = y.shape[-1]
-        return torch.cat([y[..., :rot].sin(), y[..., rot:] * 2.0], -1)
+        y = torch.cat([y[..., :rot].sin(), y[..., rot:] * 2.0], -1)
+        y = torch.slice_scatter(y, y[:, :2].cos(), 1, 3, 5)
+        y = torch.slice_scatter(y, y[..., ::3] * 0.5, -1, 0, None, 3)
+        return y.repeat(2, 1, 1, 2, 1)
 
 
 def _inputs(name: str):

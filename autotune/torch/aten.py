@@ -595,6 +595,44 @@ def _slice(cx: Emitter, node: torch.fx.Node) -> str:
     )
 
 
+@converts(aten.slice_scatter.default)
+def _slice_scatter(cx: Emitter, node: torch.fx.Node) -> str:
+    """``x`` with ``x[..., start:end:step, ...] = src``: with step 1 the pieces of ``x`` around ``src``
+    concatenated, otherwise a ScatterElements at the slice's positions."""
+    x, src = node.args[0], node.args[1]
+    rank = rank_of(x)
+    dim = int(arg(node, 2, "dim", 0)) % rank
+    size = int(tensor_vals(x)[0].shape[dim])
+    start, end, step = arg(node, 3, "start", None), arg(node, 4, "end", None), int(arg(node, 5, "step", 1))
+    positions = range(size)[slice(start, end, step)]
+    src_shape = [int(d) for d in tensor_vals(src)[0].shape]
+    if len(positions) != src_shape[dim]:
+        raise GraphError(f"slice_scatter of {src_shape[dim]} into {len(positions)} positions")
+    if not positions:
+        return cx.one("Identity", [cx.value(x)])
+    if step == 1:
+        lo, hi = positions[0], positions[-1] + 1
+        parts = [cx.one("Slice", [cx.value(x), cx.const([a]), cx.const([b]), cx.const([dim])])
+                 for a, b in ((0, lo), (hi, size)) if b > a]
+        return cx.one("Concat", [*parts[: int(lo > 0)], cx.value(src), *parts[int(lo > 0):]], axis=dim)
+    index = np.broadcast_to(
+        np.asarray(positions, np.int64).reshape([-1 if k == dim else 1 for k in range(rank)]), src_shape
+    )
+    return cx.one("ScatterElements", [cx.value(x), cx.const(np.ascontiguousarray(index)), cx.value(src)],
+                  axis=dim)
+
+
+@converts(aten.repeat.default)
+def _repeat(cx: Emitter, node: torch.fx.Node) -> str:
+    """``x.repeat(r)``: a Tile, ``x`` first given the leading 1-dims of ``r``'s extra entries."""
+    x, reps = node.args[0], [int(r) for r in node.args[1]]
+    v, rank = cx.value(x), rank_of(x)
+    if len(reps) > rank:
+        shape = [1] * (len(reps) - rank) + [int(d) for d in tensor_vals(x)[0].shape]
+        v = cx.one("Reshape", [v, cx.const(shape)])
+    return cx.one("Tile", [v, cx.const(reps)])
+
+
 @converts(aten.select.int)
 def _select(cx: Emitter, node: torch.fx.Node) -> str:
     return cx.one("Gather", [cx.value(node.args[0]), cx.const(int(node.args[2]))], axis=int(node.args[1]))
