@@ -217,6 +217,46 @@ def test_graph_break_and_unsupported_op_fall_back_alone(caplog):
     assert len(eager) == 1 and eager[0].endswith("eager PyTorch for 1 op(s): aten.special_bessel_j0.default")
 
 
+class BrokenLayers(torch.nn.Module):
+    """Layers of one class with a graph break inside each (X-MOD's language adapters read a tensor
+    as a Python number): Dynamo runs each piece's graph for every layer, with that layer's weights."""
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.a(x).relu()
+            torch._dynamo.graph_break()
+            return self.b(y) + x
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(self.Layer() for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_graph_run_for_several_modules_uses_each_ones_weights(caplog):
+    torch.manual_seed(0)
+    model = BrokenLayers().eval()
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="autotune")
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        _close(fast(x), model(x))
+        _close(fast(x * 2), model(x * 2))  # each layer's modules kept: nothing compiled again
+        compiled = [r for r in caplog.records if "another module's weights" in r.getMessage()]
+        assert len(compiled) == 4, caplog.text  # two pieces, each for the second and third layer
+        model.layers[1].b.weight.mul_(-1.0)  # weights changed in place: compiled again
+        _close(fast(x), model(x))
+    assert sum("another module's weights" in r.getMessage() for r in caplog.records) == 5
+
+
 def test_tensors_cross_without_copies():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()

@@ -12,6 +12,11 @@ tasks get their own database keys). A graph that Dynamo made dynamic (after a se
 a bounded LRU cache (``max_shapes``, default 8). Specializing is the compiler's model: every kernel
 is tuned and generated for static extents, so a symbolic-shape kernel would be a different,
 untuned program; the bound keeps a model called with many shapes from holding many modules.
+
+Weights: Dynamo calls one graph for every module that runs the same code (with graph breaks inside a
+layer, the graph of each piece serves all the layers, each with its own parameters). The weights are
+constants of the compiled module, so the backend compiles once per set of weight tensors it is
+called with (and again for weights changed in place).
 """
 
 from __future__ import annotations
@@ -154,29 +159,53 @@ def _is_dynamic(node: torch.fx.Node) -> bool:
     return isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape)
 
 
-class _PerShape:
-    """A dynamic Dynamo graph compiled once per seen input shape (a bounded LRU cache)."""
+def _weights_key(weights: Sequence[torch.Tensor]) -> tuple:
+    """Which weight tensors these are and whether they changed since: memory, layout and version."""
+    return tuple((w.data_ptr(), tuple(w.shape), w.stride(), w._version) for w in weights)
 
-    def __init__(
-        self, gm: torch.fx.GraphModule, weights: dict[int, torch.Tensor], n: int, opts: Options, name: str
-    ) -> None:
-        self.frozen = _Frozen(gm, weights, n)
+
+class _Specialized:
+    """A Dynamo graph compiled for the weights it is called with and, if Dynamo made it dynamic, per
+    input shape. The weights (parameters and buffers) are the compiled module's constants, but Dynamo
+    calls one graph for every module that runs the same code: the part of a layer's forward between
+    two graph breaks serves each of the model's layers, each with its own parameters. So a call with
+    other weights (other tensors, or these changed in place) compiles for those, and each set of
+    weights keeps the modules of its shapes (an LRU cache of ``max_shapes``)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, weight_idx: Sequence[int], n: int, dynamic: bool,
+                 opts: Options, name: str) -> None:
+        self.gm, self.weight_idx, self.n, self.dynamic = gm, list(weight_idx), n, dynamic
+        self.user = [i for i in range(n) if i not in set(weight_idx)]
         self.opts, self.name = opts, name
-        self.cache: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
+        self.cache: dict[tuple, collections.OrderedDict[tuple, Callable]] = {}
+
+    def compile(self, args: Sequence[Any]) -> Callable:
+        """The module for these arguments' weights and shapes (compiled now if new)."""
+        weights = [args[i] for i in self.weight_idx]
+        user = [args[i] for i in self.user]
+        shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
+                       for a in user) if self.dynamic else ()
+        per_shape = self.cache.setdefault(_weights_key(weights), collections.OrderedDict())
+        fn = per_shape.get(shapes)
+        if fn is not None:
+            per_shape.move_to_end(shapes)
+            return fn
+        label = f"{self.name}_w{len(self.cache) - 1}" if len(self.cache) > 1 else self.name
+        if len(self.cache) > 1 and not per_shape:
+            log.info("autotune.torch %s: compiling for another module's weights (set %d)", self.name,
+                     len(self.cache))
+        if self.dynamic:
+            log.info("autotune.torch %s: compiling for shapes %s", self.name, shapes)
+            label = f"{label}_s{len(per_shape)}"
+        frozen = _Frozen(self.gm, dict(zip(self.weight_idx, weights)), self.n)
+        fn, _ = compile_aten(export_aten(frozen, user), self.opts, label)
+        per_shape[shapes] = fn
+        if len(per_shape) > self.opts.max_shapes:
+            per_shape.popitem(last=False)
+        return fn
 
     def __call__(self, *args: Any) -> Any:
-        user = [args[i] for i in self.frozen.user]
-        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in user)
-        fn = self.cache.get(key)
-        if fn is None:
-            log.info("autotune.torch %s: compiling for shapes %s", self.name, key)
-            fn, _ = compile_aten(export_aten(self.frozen, user), self.opts, f"{self.name}_s{len(self.cache)}")
-            self.cache[key] = fn
-            if len(self.cache) > self.opts.max_shapes:
-                self.cache.popitem(last=False)
-        else:
-            self.cache.move_to_end(key)
-        return fn(*user)
+        return self.compile(args)(*[args[i] for i in self.user])
 
 
 def autotune_backend(
@@ -185,24 +214,17 @@ def autotune_backend(
     options: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> Callable:
-    """The ``torch.compile`` backend: Dynamo's graph with its supported regions compiled."""
+    """The ``torch.compile`` backend: Dynamo's graph with its supported regions compiled (for each set
+    of weights it is called with, see ``_Specialized``)."""
     opts = Options.parse(options)
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    weights = {i: v for i, (n, v) in enumerate(zip(places, example_inputs)) if _is_weight(n, v)}
-    name = f"dynamo_{next(_names)}"
-    if any(_is_dynamic(n) for n in places):
-        return torch._dynamo.disable(_PerShape(gm, weights, len(places), opts, name))
-    frozen = _Frozen(gm, weights, len(places))
-    fn, _report = compile_aten(export_aten(frozen, [example_inputs[i] for i in frozen.user]), opts, name)
-    user = frozen.user
-    if len(user) != len(places):
-        inner = fn
-
-        def fn(*args: Any) -> Any:
-            return inner(*[args[i] for i in user])
-
+    weight_idx = [i for i, (n, v) in enumerate(zip(places, example_inputs)) if _is_weight(n, v)]
+    dynamic = any(_is_dynamic(n) for n in places)
+    graph = _Specialized(gm, weight_idx, len(places), dynamic, opts, f"dynamo_{next(_names)}")
+    if not dynamic:
+        graph.compile(example_inputs)  # now, so a model's problems show at its first call
     # run with Dynamo's frame hook off: otherwise every Python frame of the call is offered to it
-    return torch._dynamo.disable(fn)
+    return torch._dynamo.disable(graph)
 
 
 def register() -> None:
