@@ -33,6 +33,7 @@ from .feeds import random_inputs
 from .forms import FORMS, Plan, default_forms, describe, forms_in, get_form
 from .frontend import from_onnx
 from .fusion import Group, fuse
+from .half import as_declared
 from .inplace import View, concats_in_place
 from .ir import Graph, GraphError, TensorType
 from .memory import MemoryPlan, plan_memory
@@ -462,15 +463,17 @@ class CompiledModule:
     ) -> list[np.ndarray]:
         """Outputs (graph order) for inputs given by name or in ``input_names`` order; with
         ``outputs`` (C-contiguous arrays of the output types, e.g. views of a caller's tensors) the
-        results are written there and those arrays are returned."""
+        results are written there and those arrays are returned. A float16 model's float16 outputs
+        come back as float16 (computed in float32; written into ``outputs`` as float32)."""
         arrays = self._inputs(inputs)
-        if outputs is None:
-            outs = self._outputs()
-        else:
+        if outputs is not None:
             outs = list(outputs)
             check_outputs(self.graph, outs)
+            self.run_into(arrays, outs)
+            return outs
+        outs = self._outputs()
         self.run_into(arrays, outs)
-        return outs
+        return as_declared(self.graph, outs) if self.graph.float16_outputs else outs
 
     def run_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """The model on arrays the caller has checked (C-contiguous, of the graph's input and output

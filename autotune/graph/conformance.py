@@ -444,6 +444,7 @@ class _TestTimeout(Exception):
 def run_test(test: NodeTest, cache_dir: str | None = None, listed: Sequence[str] = ()) -> Outcome:
     """Import, compile (CPU, empty database), run and check one test; never raises."""
     from autotune.graph import GraphError, compile_model, from_onnx
+    from autotune.graph.half import as_declared
 
     out = Outcome(test.name, test.op, "pass", float32=test.float32, listed=test.op in listed)
     t0 = time.perf_counter()
@@ -455,7 +456,7 @@ def run_test(test: NodeTest, cache_dir: str | None = None, listed: Sequence[str]
             out.status, out.detail = "rejected", _one_line(err)
             return out
         if test.variant == "folded" and all(o in graph.consts for o in graph.outputs):  # nothing to compile
-            got = [graph.consts[o] for o in graph.outputs]
+            got = as_declared(graph, [graph.consts[o] for o in graph.outputs])
         else:
             stage = "compile"
             module = compile_model(graph, db=None, verbose=False, cache_dir=cache_dir, workers=1)

@@ -44,19 +44,20 @@ def index_bounds(graph: Graph) -> dict[str, int]:
 
 
 def random_inputs(graph: Graph, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
-    """Random inputs of the graph's types: floats standard normal, indices within their bound,
-    other integers 0 or 1 (masks, flags), bools either way."""
+    """Random inputs of the graph's types: floats standard normal (float16 where a float16 model
+    declares it), indices within their bound, other integers 0 or 1 (masks, flags), bools either way."""
     rng = rng or np.random.default_rng(0)
     bounds = index_bounds(graph)
     out: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
+    for j, name in enumerate(graph.inputs):
         t = graph.types[name]
         if t.dtype == "bool":
             out[name] = rng.integers(0, 2, size=t.shape).astype(bool)
         elif t.dtype.startswith(("int", "uint")):
             out[name] = rng.integers(0, bounds.get(name, 2), size=t.shape).astype(numpy_dtype(t.dtype))
         else:
-            out[name] = rng.standard_normal(t.shape).astype(t.dtype)
+            dtype = np.float16 if j in graph.float16_inputs else t.dtype
+            out[name] = rng.standard_normal(t.shape).astype(dtype)
     return out
 
 

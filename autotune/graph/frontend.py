@@ -6,15 +6,19 @@ and node name) and unsupported attribute value in one :class:`UnsupportedModelEr
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from .contrib import checkable, contrib_problem, expand_contrib, is_contrib
+from .half import widen_float16
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
 from .ops import IMPORTED_AS, KERNEL_DTYPES, OPS, attr_problem
 from .ops.functions import expand_functions
+
+log = logging.getLogger("autotune.graph")
 
 
 class ModelImportError(GraphError):
@@ -155,7 +159,16 @@ def from_onnx(
     computations, Constant nodes) are folded unless ``fold`` is False."""
     import onnx
 
-    model = expand_functions(_load(source))
+    model = _load(source)
+    half = onnx.TensorProto.FLOAT16
+    float16_inputs = [vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == half]
+    float16_outputs = tuple(j for j, vi in enumerate(model.graph.output)
+                            if vi.type.tensor_type.elem_type == half)
+    model, widened = widen_float16(model)
+    if widened:
+        log.info("%s is stored in float16: computed in float32 (%d tensors and types widened)",
+                 model.graph.name or "the model", widened)
+    model = expand_functions(model)
     problems = unsupported(model)
     g = model.graph
     _check_defined(
@@ -245,7 +258,9 @@ def from_onnx(
     except GraphError as err:
         raise ModelImportError(str(err)) from None
     outputs = [o.name for o in g.output]
-    graph = Graph(g.name or "model", inputs, outputs, nodes, types, consts)
+    graph = Graph(g.name or "model", inputs, outputs, nodes, types, consts,
+                  float16_inputs=tuple(j for j, v in enumerate(inputs) if v in float16_inputs),
+                  float16_outputs=float16_outputs)
     from .passes import eliminate_dead_code, infer_types
 
     if problems:

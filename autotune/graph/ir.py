@@ -64,6 +64,11 @@ class Graph:
     # what its matrix products compute in: fp32, tf32, fp16, bf16 (``graph.precision``; a compile
     # option the passes apply)
     precision: str = "fp32"
+    # positions of the inputs and outputs a float16 model declares float16 (it computes in float32,
+    # see ``half``): random inputs are float16 there, ``CompiledModule.run`` returns those outputs
+    # as float16
+    float16_inputs: tuple[int, ...] = ()
+    float16_outputs: tuple[int, ...] = ()
 
     # --- queries ----------------------------------------------------------------------------------
     def producer(self) -> dict[str, Node]:
@@ -100,6 +105,8 @@ class Graph:
             dict(self.types),
             dict(self.consts),
             self.precision,
+            self.float16_inputs,
+            self.float16_outputs,
         )
 
     def fresh_name(self, base: str) -> str:
