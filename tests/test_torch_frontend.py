@@ -422,3 +422,21 @@ def test_each_operator_definition_declares_its_aten_overloads_and_the_frontend_c
     compiled = at.compile(Model(), (x, y))
     assert not compiled.report.fallback_ops
     _close(compiled(x, y), Model()(x, y))
+
+
+def test_several_index_tensors_anywhere():
+    """``x[:, i, j]`` (adjacent: the broadcast dims stay in place) and ``x[i, :, j]`` (apart: they go
+    first), as ConvBERT's span gathers index, compile and match eager."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x, i, j):
+            return x[:, i, j] * 2.0, x[i, :, j], x[:, :, i, j], x[:, i, :, j], x[i, j]
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 5, 6, generator=g)
+    i, j = torch.tensor([[0, 1, 2], [2, 2, -1]]), torch.tensor([1, 0, 2])
+    compiled = at.compile(Model(), (x, i, j))
+    assert not compiled.report.fallback_ops, compiled.report.fallback
+    for got, want in zip(compiled(x, i, j), Model()(x, i, j)):
+        assert got.shape == want.shape
+        _close(got, want)

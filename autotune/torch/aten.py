@@ -675,22 +675,33 @@ def _embedding(cx: Emitter, node: torch.fx.Node) -> str:
 
 @converts(aten.index.Tensor)
 def _index(cx: Emitter, node: torch.fx.Node) -> str:
-    """``x[:, ..., idx]`` with one integer index tensor: a Gather along that axis."""
+    """``x[:, ..., idx]`` with one integer index tensor: a Gather along that axis. Several (broadcast
+    together): a GatherND of their stacked values over the indexed axes moved to the front; the
+    result's broadcast dims then stand where the indexed axes were when those are adjacent, first
+    otherwise (PyTorch's and numpy's rule)."""
     given = [k for k, i in enumerate(node.args[1]) if i is not None]
     idx = [node.args[1][k] for k in given]
     if any(tensor_vals(i)[0].dtype not in (torch.int64, torch.int32) for i in idx):
         raise GraphError("indexing with a boolean mask")
+    x = cx.value(node.args[0])
     if len(given) == 1:
-        return cx.one("Gather", [cx.value(node.args[0]), cx.value(idx[0])], axis=given[0])
+        return cx.one("Gather", [x, cx.value(idx[0])], axis=given[0])
+    rank = rank_of(node.args[0])
+    rest = [k for k in range(rank) if k not in given]
     if given != list(range(len(given))):
-        raise GraphError("several index tensors that do not start at the first axis")
-    # x[i, j, ...] with broadcast index tensors: GatherND of their stacked, broadcast values
+        x = cx.one("Transpose", [x], perm=given + rest)
     shape = list(torch.broadcast_shapes(*[tensor_vals(i)[0].shape for i in idx]))
     cols = [
         cx.one("Reshape", [cx.one("Expand", [cx.typed(i, "int64"), cx.const(shape)]), cx.const(shape + [1])])
         for i in idx
     ]
-    return cx.one("GatherND", [cx.value(node.args[0]), cx.one("Concat", cols, axis=len(shape))])
+    y = cx.one("GatherND", [x, cx.one("Concat", cols, axis=len(shape))])
+    first = given[0]
+    if first == 0 or given != list(range(first, first + len(given))):
+        return y  # the broadcast dims first
+    b = len(shape)  # adjacent from ``first``: the dims before it back in front
+    perm = list(range(b, b + first)) + list(range(b)) + list(range(b + first, b + len(rest)))
+    return cx.one("Transpose", [y], perm=perm)
 
 
 @converts(aten.index_select.default)
