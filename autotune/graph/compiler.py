@@ -463,8 +463,8 @@ class CompiledModule:
     ) -> list[np.ndarray]:
         """Outputs (graph order) for inputs given by name or in ``input_names`` order; with
         ``outputs`` (C-contiguous arrays of the output types, e.g. views of a caller's tensors) the
-        results are written there and those arrays are returned. A float16 model's float16 outputs
-        come back as float16 (computed in float32; written into ``outputs`` as float32)."""
+        results are written there and those arrays are returned. A 16-bit float model's 16-bit outputs
+        come back in their type (computed in float32; written into ``outputs`` as float32)."""
         arrays = self._inputs(inputs)
         if outputs is not None:
             outs = list(outputs)
@@ -473,7 +473,7 @@ class CompiledModule:
             return outs
         outs = self._outputs()
         self.run_into(arrays, outs)
-        return as_declared(self.graph, outs) if self.graph.float16_outputs else outs
+        return as_declared(self.graph, outs) if self.graph.declared_outputs else outs
 
     def run_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """The model on arrays the caller has checked (C-contiguous, of the graph's input and output

@@ -44,7 +44,7 @@ def index_bounds(graph: Graph) -> dict[str, int]:
 
 
 def random_inputs(graph: Graph, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
-    """Random inputs of the graph's types: floats standard normal (float16 where a float16 model
+    """Random inputs of the graph's types: floats standard normal (16-bit where a 16-bit model
     declares it), indices within their bound, other integers 0 or 1 (masks, flags), bools either way."""
     rng = rng or np.random.default_rng(0)
     bounds = index_bounds(graph)
@@ -56,8 +56,8 @@ def random_inputs(graph: Graph, rng: np.random.Generator | None = None) -> dict[
         elif t.dtype.startswith(("int", "uint")):
             out[name] = rng.integers(0, bounds.get(name, 2), size=t.shape).astype(numpy_dtype(t.dtype))
         else:
-            dtype = np.float16 if j in graph.float16_inputs else t.dtype
-            out[name] = rng.standard_normal(t.shape).astype(dtype)
+            dtype = dict(graph.declared_inputs).get(j, t.dtype)
+            out[name] = rng.standard_normal(t.shape).astype(numpy_dtype(dtype))
     return out
 
 

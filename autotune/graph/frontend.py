@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .contrib import checkable, contrib_problem, expand_contrib, is_contrib
-from .half import widen_float16
+from .half import declared, widen
 from .ir import Graph, GraphError, Node, TensorType, topo_sort
 from .ops import IMPORTED_AS, KERNEL_DTYPES, OPS, attr_problem
 from .ops.functions import expand_functions
@@ -160,13 +160,11 @@ def from_onnx(
     import onnx
 
     model = _load(source)
-    half = onnx.TensorProto.FLOAT16
-    float16_inputs = [vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type == half]
-    float16_outputs = tuple(j for j, vi in enumerate(model.graph.output)
-                            if vi.type.tensor_type.elem_type == half)
-    model, widened = widen_float16(model)
+    narrow_inputs = {model.graph.input[j].name: t for j, t in declared(model.graph.input).items()}
+    declared_outputs = tuple(declared(model.graph.output).items())
+    model, widened = widen(model)
     if widened:
-        log.info("%s is stored in float16: computed in float32 (%d tensors and types widened)",
+        log.info("%s is stored in 16-bit floats: computed in float32 (%d tensors and types widened)",
                  model.graph.name or "the model", widened)
     model = expand_functions(model)
     problems = unsupported(model)
@@ -258,9 +256,9 @@ def from_onnx(
     except GraphError as err:
         raise ModelImportError(str(err)) from None
     outputs = [o.name for o in g.output]
+    declared_inputs = tuple((j, narrow_inputs[v]) for j, v in enumerate(inputs) if v in narrow_inputs)
     graph = Graph(g.name or "model", inputs, outputs, nodes, types, consts,
-                  float16_inputs=tuple(j for j, v in enumerate(inputs) if v in float16_inputs),
-                  float16_outputs=float16_outputs)
+                  declared_inputs=declared_inputs, declared_outputs=declared_outputs)
     from .passes import eliminate_dead_code, infer_types
 
     if problems:

@@ -64,11 +64,11 @@ class Graph:
     # what its matrix products compute in: fp32, tf32, fp16, bf16 (``graph.precision``; a compile
     # option the passes apply)
     precision: str = "fp32"
-    # positions of the inputs and outputs a float16 model declares float16 (it computes in float32,
-    # see ``half``): random inputs are float16 there, ``CompiledModule.run`` returns those outputs
-    # as float16
-    float16_inputs: tuple[int, ...] = ()
-    float16_outputs: tuple[int, ...] = ()
+    # (position, "float16" | "bfloat16") of the inputs and outputs a 16-bit float model declares in
+    # that type (it computes in float32, see ``half``): random inputs are of that type there,
+    # ``CompiledModule.run`` returns those outputs in it
+    declared_inputs: tuple[tuple[int, str], ...] = ()
+    declared_outputs: tuple[tuple[int, str], ...] = ()
 
     # --- queries ----------------------------------------------------------------------------------
     def producer(self) -> dict[str, Node]:
@@ -105,8 +105,8 @@ class Graph:
             dict(self.types),
             dict(self.consts),
             self.precision,
-            self.float16_inputs,
-            self.float16_outputs,
+            self.declared_inputs,
+            self.declared_outputs,
         )
 
     def fresh_name(self, base: str) -> str:

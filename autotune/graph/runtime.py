@@ -417,7 +417,9 @@ def check_inputs(
         if arr.dtype == want and (is_aligned(arr) or (staging is not None and arr.flags.c_contiguous)):
             arrays.append(arr)
             continue
-        convertible = arr.dtype.kind in "fiub" and np.can_cast(arr.dtype, want, "same_kind")
+        # (bfloat16: ml_dtypes' type, numpy kind "V", as a bfloat16 model's inputs come)
+        convertible = (arr.dtype.kind in "fiub" or arr.dtype.name == "bfloat16") and np.can_cast(
+            arr.dtype, want, "same_kind")
         if arr.dtype != want and not convertible:
             raise ValueError(f"input {n!r}: expected {t.dtype}, got {arr.dtype}")
         if staging is None:

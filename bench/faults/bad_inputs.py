@@ -95,7 +95,7 @@ def make_models(where: Path) -> None:
                      [_vi("y", [2, 8])]), "custom_domain.onnx")
     save(relu(["N", 8]), "dynamic.onnx")
     save(relu([1, 0, 4]), "zero_dim.onnx")
-    save(relu([2, 8], elem=TensorProto.BFLOAT16), "bfloat16_input.onnx")
+    save(relu([2, 8], elem=TensorProto.DOUBLE), "float64_input.onnx")
     save(relu([2, 8], elem=TensorProto.INT64), "int64_relu.onnx")  # ours runs it, onnxruntime has no kernel
     save(_onnx_model([helper.make_node("Add", ["x", "nowhere"], ["y"])], [_vi("x", [2, 8])],
                      [_vi("y", [2, 8])]), "undefined_value.onnx")
@@ -320,7 +320,7 @@ MODEL_FILES = [
     ("operator of another domain", "custom_domain.onnx", "com.example"),
     ("dynamic dims", "dynamic.onnx", "dynamic"),
     ("0-sized dim", "zero_dim.onnx", "0-sized"),
-    ("bfloat16 input", "bfloat16_input.onnx", "bfloat16"),
+    ("float64 input", "float64_input.onnx", "float64"),
     ("undefined value", "undefined_value.onnx", "nowhere"),
     ("output never produced", "unproduced_output.onnx", "'z'"),
     ("declared output shape wrong", "wrong_output_shape.onnx", "declared"),
