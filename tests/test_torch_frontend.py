@@ -440,3 +440,36 @@ def test_several_index_tensors_anywhere():
     for got, want in zip(compiled(x, i, j), Model()(x, i, j)):
         assert got.shape == want.shape
         _close(got, want)
+
+
+def test_a_dynamic_graph_with_the_modules_numbers_compiles_per_shape(caplog):
+    """With ``dynamic=True`` Dynamo passes a layer norm's ``eps`` (a Python float of the module) as a
+    0-d tensor read with ``.item()``: compiled in by value, each shape compiles whole."""
+    torch.manual_seed(0)
+    model = Block().eval()
+    fast = torch.compile(model, backend="autotune", dynamic=True)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        for t in (5, 9, 5):
+            x = torch.randn(2, t, 32)
+            _close(fast(x), model(x))
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("compiling for shapes" in ln for ln in lines) == 2, lines
+    assert sum("nothing runs eagerly" in ln for ln in lines) == 2
+    assert not any("not exported" in ln for ln in lines)
+
+
+def test_a_graph_that_cannot_be_exported_runs_eagerly(caplog, monkeypatch):
+    import autotune.torch.backend as backend
+
+    def refuse(module, args):
+        raise RuntimeError("data-dependent expression")
+
+    monkeypatch.setattr(backend, "export_aten", refuse)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()
+    x = torch.randn(3, 8)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        _close(torch.compile(model, backend="autotune")(x), model(x))
+    want = "not exported, runs in eager PyTorch (RuntimeError: data-dependent expression)"
+    assert any(want in r.getMessage() for r in caplog.records), caplog.text

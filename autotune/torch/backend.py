@@ -164,28 +164,63 @@ def _weights_key(weights: Sequence[torch.Tensor]) -> tuple:
     return tuple((w.data_ptr(), tuple(w.shape), w.stride(), w._version) for w in weights)
 
 
+def _is_scalar(node: torch.fx.Node, value: Any) -> bool:
+    """A Python number of the module that Dynamo passes as a 0-d tensor (a dynamic graph's floats,
+    such as a layer norm's ``eps``): a constant of the model, compiled in by value."""
+    arg = node.meta.get("grapharg")
+    return (isinstance(value, torch.Tensor) and value.dim() == 0 and not isinstance(value, torch.nn.Parameter)
+            and bool(getattr(arg, "pass_arg_as_tensor", False)))
+
+
+def _scalars_inlined(gm: torch.fx.GraphModule, values: Mapping[int, Any]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose ``.item()`` of the placeholders ``values`` names (by position) are
+    those Python numbers (export cannot trace a tensor's value into a Python number)."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, env))
+    places = [env[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, value in values.items():
+        for item in [u for u in places[i].users if u.op == "call_method" and u.target == "item"]:
+            number = value.item()
+
+            def swap(a: Any, it: torch.fx.Node = item, v: Any = number) -> Any:
+                return v if a is it else a
+
+            for user in list(item.users):
+                user.args = torch.fx.node.map_arg(user.args, swap)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, swap)
+            graph.erase_node(item)
+    return torch.fx.GraphModule(gm, graph)
+
+
 class _Specialized:
     """A Dynamo graph compiled for the weights it is called with and, if Dynamo made it dynamic, per
-    input shape. The weights (parameters and buffers) are the compiled module's constants, but Dynamo
-    calls one graph for every module that runs the same code: the part of a layer's forward between
-    two graph breaks serves each of the model's layers, each with its own parameters. So a call with
-    other weights (other tensors, or these changed in place) compiles for those, and each set of
-    weights keeps the modules of its shapes (an LRU cache of ``max_shapes``)."""
+    input shape. The weights (parameters and buffers, and the module's numbers Dynamo passes as 0-d
+    tensors) are the compiled module's constants, but Dynamo calls one graph for every module that
+    runs the same code: the part of a layer's forward between two graph breaks serves each of the
+    model's layers, each with its own parameters. So a call with other weights (other tensors, or
+    these changed in place) compiles for those, and each set of weights keeps the modules of its
+    shapes (an LRU cache of ``max_shapes``). A graph that cannot be exported runs in eager PyTorch
+    (one warning), so a model never fails for being compiled."""
 
-    def __init__(self, gm: torch.fx.GraphModule, weight_idx: Sequence[int], n: int, dynamic: bool,
-                 opts: Options, name: str) -> None:
-        self.gm, self.weight_idx, self.n, self.dynamic = gm, list(weight_idx), n, dynamic
-        self.user = [i for i in range(n) if i not in set(weight_idx)]
+    def __init__(self, gm: torch.fx.GraphModule, weight_idx: Sequence[int], scalar_idx: Sequence[int],
+                 n: int, dynamic: bool, opts: Options, name: str) -> None:
+        self.gm, self.n, self.dynamic = gm, n, dynamic
+        self.weight_idx, self.scalar_idx = list(weight_idx), list(scalar_idx)
+        self.user = [i for i in range(n) if i not in set(weight_idx) | set(scalar_idx)]
         self.opts, self.name = opts, name
         self.cache: dict[tuple, collections.OrderedDict[tuple, Callable]] = {}
 
     def compile(self, args: Sequence[Any]) -> Callable:
-        """The module for these arguments' weights and shapes (compiled now if new)."""
-        weights = [args[i] for i in self.weight_idx]
+        """The callable (of all the graph's arguments) for these arguments' weights and shapes,
+        compiled now if new."""
+        constant = self.weight_idx + self.scalar_idx
         user = [args[i] for i in self.user]
         shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
                        for a in user) if self.dynamic else ()
-        per_shape = self.cache.setdefault(_weights_key(weights), collections.OrderedDict())
+        scalars = tuple(args[i].item() for i in self.scalar_idx)
+        key = (_weights_key([args[i] for i in self.weight_idx]), scalars)
+        per_shape = self.cache.setdefault(key, collections.OrderedDict())
         fn = per_shape.get(shapes)
         if fn is not None:
             per_shape.move_to_end(shapes)
@@ -197,15 +232,28 @@ class _Specialized:
         if self.dynamic:
             log.info("autotune.torch %s: compiling for shapes %s", self.name, shapes)
             label = f"{label}_s{len(per_shape)}"
-        frozen = _Frozen(self.gm, dict(zip(self.weight_idx, weights)), self.n)
-        fn, _ = compile_aten(export_aten(frozen, user), self.opts, label)
+        gm = _scalars_inlined(self.gm, {i: args[i] for i in self.scalar_idx}) if self.scalar_idx else self.gm
+        frozen = _Frozen(gm, {i: args[i] for i in constant}, self.n)
+        try:
+            compiled, _ = compile_aten(export_aten(frozen, user), self.opts, label)
+        except Exception as err:  # noqa: BLE001 - what cannot be exported runs as it is
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            log.warning("autotune.torch %s: not exported, runs in eager PyTorch (%s: %s)", label,
+                        type(err).__name__, first)
+            fn = self.gm
+        else:
+            idx = self.user
+
+            def fn(*a: Any) -> Any:
+                return compiled(*[a[i] for i in idx])
+
         per_shape[shapes] = fn
         if len(per_shape) > self.opts.max_shapes:
             per_shape.popitem(last=False)
         return fn
 
     def __call__(self, *args: Any) -> Any:
-        return self.compile(args)(*[args[i] for i in self.user])
+        return self.compile(args)(*args)
 
 
 def autotune_backend(
@@ -219,8 +267,10 @@ def autotune_backend(
     opts = Options.parse(options)
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_idx = [i for i, (n, v) in enumerate(zip(places, example_inputs)) if _is_weight(n, v)]
+    scalar_idx = [i for i, (n, v) in enumerate(zip(places, example_inputs))
+                  if i not in weight_idx and _is_scalar(n, v)]
     dynamic = any(_is_dynamic(n) for n in places)
-    graph = _Specialized(gm, weight_idx, len(places), dynamic, opts, f"dynamo_{next(_names)}")
+    graph = _Specialized(gm, weight_idx, scalar_idx, len(places), dynamic, opts, f"dynamo_{next(_names)}")
     if not dynamic:
         graph.compile(example_inputs)  # now, so a model's problems show at its first call
     # run with Dynamo's frame hook off: otherwise every Python frame of the call is offered to it
