@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -159,9 +160,15 @@ def _is_dynamic(node: torch.fx.Node) -> bool:
     return isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape)
 
 
+_VERSION = operator.attrgetter("_version")
+
+
 def _weights_key(weights: Sequence[torch.Tensor]) -> tuple:
-    """Which weight tensors these are and whether they changed since: memory, layout and version."""
-    return tuple((w.data_ptr(), tuple(w.shape), w.stride(), w._version) for w in weights)
+    """Which weight tensors these are and whether they changed since: their memory (a new tensor, or
+    ``.data`` replaced) and version (changed in place); their shapes are Dynamo's guards. Taken on
+    every call: ~25 us for 200 weights, where the tuple of each one's memory, shape, strides and
+    version took 140."""
+    return tuple(map(torch.Tensor.data_ptr, weights)), tuple(map(_VERSION, weights))
 
 
 def _is_scalar(node: torch.fx.Node, value: Any) -> bool:
@@ -214,7 +221,6 @@ class _Specialized:
     def compile(self, args: Sequence[Any]) -> Callable:
         """The callable (of all the graph's arguments) for these arguments' weights and shapes,
         compiled now if new."""
-        constant = self.weight_idx + self.scalar_idx
         user = [args[i] for i in self.user]
         shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
                        for a in user) if self.dynamic else ()
@@ -225,6 +231,7 @@ class _Specialized:
         if fn is not None:
             per_shape.move_to_end(shapes)
             return fn
+        constant = self.weight_idx + self.scalar_idx
         label = f"{self.name}_w{len(self.cache) - 1}" if len(self.cache) > 1 else self.name
         if len(self.cache) > 1 and not per_shape:
             log.info("autotune.torch %s: compiling for another module's weights (set %d)", self.name,
