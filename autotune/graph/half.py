@@ -14,6 +14,7 @@ model's exact value.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from autotune.te.workload import numpy_dtype
 _DTYPE_ATTRS = ("to", "dtype")  # Cast's target; EyeLike's, the random generators' element type
 
 
+@functools.cache
 def _narrow() -> dict[int, str]:
     """ONNX element type -> the name of the 16-bit float types read as float32."""
     from onnx import TensorProto

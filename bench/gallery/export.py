@@ -91,8 +91,10 @@ def well_scaled(model: Any, spec: ModelSpec, batches: int = 1, batch: int = 4) -
     return model.eval()
 
 
-def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = None) -> dict:
-    """Build ``spec`` (random weights, eval mode) and export it to ``out``; returns the metadata."""
+def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = None,
+                 dtype: str | None = None) -> dict:
+    """Build ``spec`` (random weights, eval mode) and export it to ``out``; returns the metadata.
+    ``dtype`` ("float16", "bfloat16"): the weights and float inputs cast to it first."""
     import torch
 
     if exporter not in EXPORTERS:
@@ -100,6 +102,9 @@ def export_model(spec: ModelSpec, exporter: str, out: Path, opset: int | None = 
     torch.manual_seed(0)
     model = well_scaled(spec.build(), spec)
     args = _example_inputs(spec)
+    if dtype is not None:
+        low = getattr(torch, dtype)
+        model, args = model.to(low), tuple(a.to(low) if a.is_floating_point() else a for a in args)
     tmp = out.with_name(out.name + ".part")
     kwargs: dict[str, Any] = {
         "input_names": [i.name for i in spec.inputs],

@@ -22,28 +22,10 @@ from typing import Any
 import numpy as np
 
 from .evaluate import _ort_session, _rel_err, interleaved_ms, make_feeds
-from .export import _example_inputs, one_line, well_scaled
+from .export import export_model, one_line
 from .models import MODELS
 
-TORCH_DTYPES = {"float16": "half", "bfloat16": "bfloat16"}
-
-
-def export(name: str, dtype: str, exporter: str, out: Path) -> None:
-    """The gallery model ``name`` with weights and inputs cast to ``dtype``, exported to ``out``."""
-    import contextlib
-
-    import torch
-
-    spec = MODELS[name]
-    torch.manual_seed(0)
-    model = getattr(well_scaled(spec.build(), spec), TORCH_DTYPES[dtype])()
-    low = getattr(torch, dtype)
-    args = tuple(a.to(low) if a.is_floating_point() else a for a in _example_inputs(spec))
-    grad = torch.no_grad() if exporter == "dynamo" else contextlib.nullcontext()
-    kwargs = {"external_data": False} if exporter == "dynamo" else {}
-    with grad:
-        torch.onnx.export(model, args, str(out), dynamo=exporter == "dynamo", output_names=list(spec.outputs),
-                          input_names=[i.name for i in spec.inputs], **kwargs)
+DTYPES = ("float16", "bfloat16")
 
 
 def row(name: str, dtype: str, exporter: str, tmp: Path, db: str | None, repeat: int) -> dict[str, Any]:
@@ -58,7 +40,7 @@ def row(name: str, dtype: str, exporter: str, tmp: Path, db: str | None, repeat:
     stage = "export"
     try:
         path = tmp / f"{name}.{dtype}.{exporter}.onnx"
-        export(name, dtype, exporter, path)
+        export_model(MODELS[name], exporter, path, dtype=dtype)
         twin_path = tmp / f"{name}.{dtype}.{exporter}.twin.onnx"
         onnx.save(widen(onnx.load(str(path)))[0], str(twin_path))
         stage = "reference"
@@ -104,7 +86,7 @@ def row(name: str, dtype: str, exporter: str, tmp: Path, db: str | None, repeat:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="+")
-    p.add_argument("--dtype", choices=sorted(TORCH_DTYPES), action="append")
+    p.add_argument("--dtype", choices=DTYPES, action="append")
     p.add_argument("--exporter", choices=("legacy", "dynamo"), action="append")
     p.add_argument("--db", help="tuning database (the float32 export's records serve the twin)")
     p.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (0: no timing)")
