@@ -473,3 +473,44 @@ def test_a_graph_that_cannot_be_exported_runs_eagerly(caplog, monkeypatch):
         _close(torch.compile(model, backend="autotune")(x), model(x))
     want = "not exported, runs in eager PyTorch (RuntimeError: data-dependent expression)"
     assert any(want in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_any_and_all_over_dims_and_whole_tensors():
+    """A float is true where it is nonzero (negative ones too); T5's float16 overflow guard reduces
+    ``isinf(x)`` over the whole tensor."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x, b):
+            return (x.any(), x.all(), (x > 0.5).all(1), x.any(dim=(0, 2), keepdim=True), b.all(),
+                    (x * 0.0).any(), torch.where(torch.isinf(x).any(), x * 2.0, x))
+
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
+    x[0, 0, 0], x[1] = 0.0, -1.0
+    b = torch.tensor([True, True, False])
+    compiled = at.compile(Model(), (x, b))
+    assert not compiled.report.fallback_ops, compiled.report.fallback
+    for got, want in zip(compiled(x, b), Model()(x, b)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name,cls", [("convnet", ConvNet), ("block", Block)])
+def test_a_16bit_module_is_computed_in_float32_and_answers_in_its_type(name, cls, dtype, caplog):
+    """A module in float16 or bfloat16 compiles whole: the regions compute in float32 from the 16-bit
+    weights and inputs and round their outputs to the 16-bit type once, so the answer is within one
+    unit of that type of the float32 evaluation of the same weights and inputs."""
+    import copy
+
+    torch.manual_seed(0)
+    dt = getattr(torch, dtype)
+    model = cls().eval().to(dt)
+    (x,) = _inputs(name)
+    x = x.to(dt)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="autotune.torch"):
+        got = torch.compile(model, backend="autotune")(x)
+        wide = copy.deepcopy(model).float()(x.float())
+    assert got.dtype == dt
+    assert any("nothing runs eagerly" in r.getMessage() for r in caplog.records), caplog.text
+    eps = torch.finfo(dt).eps
+    torch.testing.assert_close(got.float(), wide, rtol=eps, atol=eps * float(wide.abs().max()) * 0.01)

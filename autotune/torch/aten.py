@@ -26,7 +26,11 @@ from autotune.graph.ops import KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
-DTYPES = {torch.float32: "float32", torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
+# 16-bit floats are computed in float32 (as a 16-bit ONNX model is, see ``autotune.graph.half``): their
+# values are IR float32 values; a region takes and returns them in their own type (``partition``)
+WIDENED = (torch.float16, torch.bfloat16)
+DTYPES = {torch.float32: "float32", torch.float16: "float32", torch.bfloat16: "float32",
+          torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
 
 
 def np_dtype(t: torch.dtype) -> str:
@@ -34,6 +38,13 @@ def np_dtype(t: torch.dtype) -> str:
     if t not in DTYPES:
         raise GraphError(f"element type {t} is not compiled (kernels hold {', '.join(KERNEL_DTYPES)})")
     return DTYPES[t]
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a numpy array (a view where numpy holds its type; 16-bit floats widened to
+    float32, exactly)."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype in WIDENED else t).numpy()
 
 
 def tensor_vals(node: torch.fx.Node) -> list[Any]:
@@ -506,15 +517,19 @@ for _t in _REDUCE:
     CONVERTERS[_t] = _reduce
 
 
-@converts(aten.any.dim, aten.any.dims, aten.all.dim)
+_ALL = (aten.all.dim, aten.all.dims, aten.all.default)
+
+
+@converts(aten.any.dim, aten.any.dims, aten.any.default, *_ALL)
 def _any_all(cx: Emitter, node: torch.fx.Node) -> str:
-    x = cx.one("Cast", [cx.value(node.args[0])], to=_ONNX_TYPES["float32"])
-    op = "ReduceMin" if node.target == aten.all.dim else "ReduceMax"
-    r = cx.one(
-        op,
-        [x, cx.const(_axes(node.args[1], rank_of(node.args[0])))],
-        keepdims=int(bool(arg(node, 2, "keepdim", False))),
-    )
+    """Whether any / all elements are nonzero: the maximum / minimum of their truth as 0 or 1."""
+    x = node.args[0]
+    truth = cx.one("Cast", [cx.typed(x, "bool")], to=_ONNX_TYPES["float32"])
+    whole = node.target in (aten.any.default, aten.all.default)
+    dims = list(range(rank_of(x))) if whole else arg(node, 1, "dim")
+    keep = 0 if whole else int(bool(arg(node, 2, "keepdim", False)))
+    op = "ReduceMin" if node.target in _ALL else "ReduceMax"
+    r = cx.one(op, [truth, cx.const(_axes(dims, rank_of(x)))], keepdims=keep)
     return cx.one("Greater", [r, cx.const(0.0, "float32")])
 
 
@@ -761,7 +776,7 @@ def _created(cx: Emitter, node: torch.fx.Node) -> str:
     """A tensor made from the node's static arguments alone: computed by PyTorch now, a constant."""
     kwargs = {k: v for k, v in node.kwargs.items() if k != "pin_memory"}
     value = node.target(*node.args, **{**kwargs, "device": "cpu"})
-    return cx.const(value.detach().cpu().numpy(), out_dtype(node))
+    return cx.const(as_numpy(value), out_dtype(node))
 
 
 @converts(operator.getitem)

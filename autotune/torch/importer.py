@@ -17,7 +17,7 @@ import torch
 from autotune.graph.ir import Graph, GraphError
 from autotune.graph.passes import eliminate_dead_code, infer_types
 
-from .aten import CONVERTERS, Emitter, static_type
+from .aten import CONVERTERS, Emitter, as_numpy, static_type
 
 
 class RegionError(GraphError):
@@ -46,7 +46,7 @@ def attr_value(gm: torch.fx.GraphModule, target: str) -> Any:
 
 def frozen(t: torch.Tensor) -> np.ndarray:
     """A numpy copy of a weight (the compiled module keeps it; later changes to the tensor are not seen)."""
-    return np.array(t.detach().cpu().numpy(), copy=True)
+    return np.array(as_numpy(t), copy=True)
 
 
 def region_graph(gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node], name: str) -> Region:

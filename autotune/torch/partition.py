@@ -26,7 +26,7 @@ from autotune.graph.ir import GraphError
 from autotune.graph.ops import FOLD_LIMIT_BYTES
 from autotune.target import Target
 
-from .aten import supported
+from .aten import WIDENED, supported, tensor_vals
 from .importer import Region, RegionError, attr_value, region_graph
 
 log = logging.getLogger("autotune.torch")
@@ -51,14 +51,23 @@ class _Support(OperatorSupportBase):
 class CompiledRegion(torch.nn.Module):
     """One compiled region called from PyTorch: input tensors are read where they lie (their data
     pointers; a non-contiguous one is made contiguous once), outputs are allocated by PyTorch and
-    written in place. Inference only: the outputs carry no autograd history."""
+    written in place. Inference only: the outputs carry no autograd history.
 
-    def __init__(self, module: CompiledModule) -> None:
+    ``in_dtypes``/``out_dtypes``: the tensors' torch types where they differ from the compiled
+    module's, 16-bit floats that the module computes in float32: such inputs are widened on the way
+    in and such outputs rounded to their type on the way out."""
+
+    def __init__(self, module: CompiledModule, in_dtypes: Sequence[torch.dtype] | None = None,
+                 out_dtypes: Sequence[torch.dtype] | None = None) -> None:
         super().__init__()
         self.module = module
         g = module.graph
         self._outs = [(g.types[o].shape, _TORCH[g.types[o].dtype]) for o in g.outputs]
         self._ins = [(torch.Size(g.types[i].shape), _TORCH[g.types[i].dtype]) for i in g.inputs]
+        if in_dtypes is not None:
+            self._ins = [(s, d) for (s, _), d in zip(self._ins, in_dtypes)]
+        self._widen = [j for j, (_, d) in enumerate(self._ins) if d in WIDENED]
+        self._narrow = [(j, d) for j, d in enumerate(out_dtypes or ()) if d in WIDENED]
         self._lock = threading.Lock()  # one arena per module: calls from several threads take turns
         self._exe = module.executable
         self._copies = bool(module.plan.output_copies) or not hasattr(self._exe, "run_pointers")
@@ -73,8 +82,17 @@ class CompiledRegion(torch.nn.Module):
             got = ", ".join(f"{t.dtype}{list(t.shape)}" for t in inputs)
             want = ", ".join(f"{d}{list(s)}" for s, d in self._ins)
             raise ValueError(f"compiled for inputs {want}, called with {got} (compile again for new shapes)")
-        if inputs and inputs[0].is_cuda:
-            return self._run_cuda(inputs)
+        if self._widen:
+            inputs = tuple(t.float() if j in self._widen else t for j, t in enumerate(inputs))
+        outs = self._run_cuda(inputs) if inputs and inputs[0].is_cuda else self._run_cpu(inputs)
+        if self._narrow:
+            outs = list(outs)
+            for j, d in self._narrow:
+                outs[j] = outs[j].to(d)
+            outs = tuple(outs)
+        return outs
+
+    def _run_cpu(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         outs = tuple(torch.empty(s, dtype=d) for s, d in self._outs)
         if self._copies:  # an output that is an input or a constant: copied by the numpy path
             with self._lock:
@@ -247,7 +265,8 @@ def compile_graph_module(
     report.compiled_ops = sum(1 for n in inside if n.target is not operator.getitem)
     (log.warning if report.fallback_ops else log.info)("%s", report.line(name))
     for k, (region, module) in enumerate(compiled):
-        _replace(gm, region, CompiledRegion(module), f"autotune_region_{k}")
+        ins, outs = ([tensor_vals(n)[0].dtype for n in nodes] for nodes in (region.inputs, region.outputs))
+        _replace(gm, region, CompiledRegion(module, ins, outs), f"autotune_region_{k}")
     for n in gm.graph.nodes:  # eager views may now see tensors laid out as the regions write them
         if n.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
             n.target = torch.ops.aten.reshape.default

@@ -1,6 +1,6 @@
 """torch.compile(backend="autotune") across architectures: does each compile whole and match eager?
 
-    python bench/torch/architectures.py [--models tv:resnet18,hf:bert,...] [--json FILE]
+    python bench/torch/architectures.py [--models tv:resnet18,hf:bert,...] [--dtype float16] [--json FILE]
 
 Models: torchvision's classification models (``tv:NAME``, random weights, 1x3x224x224) and Hugging
 Face transformers (``hf:NAME``, small random configs: 2 layers, hidden 64, 4 heads; token ids and an
@@ -13,6 +13,11 @@ largest value, and whether the output depends on the input at all (a random clas
 every input to the same logits, which makes its comparison weak; parameters initialized to zeros
 are drawn at random instead). Untuned (empty database): this
 measures correctness and coverage, not speed.
+
+``--dtype float16`` / ``bfloat16``: the model and its float inputs in that type. Both the compiled
+module and eager PyTorch are then compared with the float32 evaluation of the same (16-bit) weights
+and inputs (``rel_err`` and ``eager_rel_err``): eager computes in the 16-bit type, the compiled
+regions in float32 with their 16-bit outputs rounded.
 """
 
 from __future__ import annotations
@@ -84,8 +89,10 @@ def _first(out: Any) -> Any:
     return _first(out[0]) if isinstance(out, (tuple, list)) else out
 
 
-def check(spec: str) -> dict:
+def check(spec: str, dtype: str | None = None) -> dict:
     """One model, in this process: compile, run, compare (the row of the table)."""
+    import copy
+
     import torch
 
     import autotune.torch  # noqa: F401 - registers the backend
@@ -117,10 +124,20 @@ def check(spec: str) -> dict:
                     p.normal_(0.0, 0.02)
     else:
         model, args = _hf(name)
+    narrow: dict = {}
+    if dtype:
+        model = model.to(getattr(torch, dtype))
+        args = tuple(a.to(getattr(torch, dtype)) if a.is_floating_point() else a for a in args)
     t0 = time.perf_counter()
     with torch.no_grad():
-        want = _first(model(*args))
+        plain = want = _first(model(*args))
         got = _first(torch.compile(model, backend="autotune")(*args))
+        if dtype:  # both against the float32 evaluation of the 16-bit weights and inputs
+            wide = copy.deepcopy(model).float()
+            want = _first(wide(*(a.float() if a.is_floating_point() else a for a in args)))
+            narrow = {"dtype": str(got.dtype).removeprefix("torch."),
+                      "eager_rel_err": float((plain.float() - want).abs().max() / want.abs().max())}
+            got = got.float()
         other = _first(model(*(torch.randn_like(a) if a.is_floating_point() else a for a in args)))
         if kind == "gallery" and not any(a.is_floating_point() for a in args):  # token ids only
             other = _first(model(*(torch.roll(a, 1, -1) if i == 0 else a for i, a in enumerate(args))))
@@ -129,7 +146,8 @@ def check(spec: str) -> dict:
     return {"model": spec, "status": "ok", "seconds": round(time.perf_counter() - t0, 1),
             "graphs": sum("compiled region" in ln for ln in lines), "eager_ops": eager,
             "rel_err": float((got - want).abs().max()) / max(scale, 1e-30),
-            "output_depends_on_input": bool(kind == "hf" or not torch.equal(want, other))}
+            "output_depends_on_input": bool(kind == "hf" or not torch.equal(plain, other)),
+            **narrow}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,16 +156,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated tv:NAME / hf:NAME / gallery:NAME")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--dtype", choices=["float16", "bfloat16"], default=None,
+                   help="run the model in this 16-bit float type")
     p.add_argument("--one", help=argparse.SUPPRESS)  # (a child process: one model, its row on stdout)
     args = p.parse_args(argv)
     if args.one:
-        print("ROW " + json.dumps(check(args.one)), flush=True)
+        print("ROW " + json.dumps(check(args.one, args.dtype)), flush=True)
         return 0
     rows = []
     for spec in [m for m in args.models.split(",") if m]:
         t0 = time.perf_counter()
         try:
-            done = subprocess.run([sys.executable, "-m", "bench.torch.architectures", "--one", spec],
+            cmd = [sys.executable, "-m", "bench.torch.architectures", "--one", spec]
+            done = subprocess.run(cmd + (["--dtype", args.dtype] if args.dtype else []),
                                   cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
             row = next((json.loads(ln[4:]) for ln in done.stdout.splitlines() if ln.startswith("ROW ")), None)
             if row is None:
@@ -157,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": spec, "status": "timeout", "error": f"over {args.timeout:g} s"}
         row.setdefault("seconds", round(time.perf_counter() - t0, 1))
         rows.append(row)
-        detail = (f"rel err {row['rel_err']:.1e}, " + ("whole graph compiled" if not row["eager_ops"]
-                  else "eager: " + "; ".join(row["eager_ops"]))
+        vs_eager = f"eager {row['eager_rel_err']:.1e}, " if "eager_rel_err" in row else ""
+        ran = "whole graph compiled" if not row.get("eager_ops") else "eager: " + "; ".join(row["eager_ops"])
+        detail = (f"rel err {row['rel_err']:.1e}, {vs_eager}{ran}"
                   + ("" if row["output_depends_on_input"] else " (output does not depend on the input)")
                   if row["status"] == "ok" else row["error"])
         print(f"{spec:28s} {row['status']:8s} {detail}", flush=True)
