@@ -112,6 +112,8 @@ class CudaSketch(Sketch):
             ("registers", lambda c: self._registers(c) <= 128),
             ("shared_memory", lambda c: self._shared_bytes(c) <= self.max_shared),
             ("shared_ring", lambda c: self._shared_bytes(c) * c.get("stages", 1) <= self.max_shared_ring),
+            # a ring needs a shared tile to fill (an anchor whose operands are all inlined has none)
+            ("stages", lambda c: c.get("stages", 1) == 1 or bool(self._shared_names(c))),
             ("fetch_vector", self._fetch_ok),
             ("shared_layout", lambda c: not c["shared_layout"] or self._transposable),
             (
@@ -142,7 +144,7 @@ class CudaSketch(Sketch):
 
     def _shared_names(self, c: Config) -> list[str]:
         """The operands staged in shared memory under config ``c``."""
-        return list(self.pack_candidates) + (self.padded_inputs if c.get("stage_padded") else [])
+        return self._shared_candidates if c.get("stage_padded") else list(self.pack_candidates)
 
     def _t(self, c: Config, axis: str) -> list[int]:
         return c[f"tile_{axis}"]
@@ -181,16 +183,30 @@ class CudaSketch(Sketch):
             ranges[ax.var] = 0 if reduce_level is None else self._t(c, r)[reduce_level] - 1
         out = {}
         names = self._shared_names(c)
-        for r in _reads(anchor):
-            if r.tensor.name not in names or r.tensor.name in out:
-                continue
-            dims = []
-            for d, idx in enumerate(r.indices):
-                lin = linear(idx, {})
-                span = sum(abs(k) * ranges.get(atom, 0) for atom, k in lin.terms.values())
-                dims.append(min(span + 1, r.tensor.shape[d]))
-            out[r.tensor.name] = [dims[p] for p in self._layout(r.tensor.name, c)]
+        for name, index in self._index_terms.items():  # in the anchor's order of reading them
+            if name in names:
+                dims = [min(sum(k * ranges.get(v, 0) for v, k in terms) + 1, size) for terms, size in index]
+                out[name] = [dims[p] for p in self._layout(name, c)]
         return out
+
+    @cached_property
+    def _index_terms(self) -> dict[str, list[tuple[tuple[tuple[object, int], ...], int]]]:
+        """Per operand the anchor reads (its first read), per dim: the terms of that dim's index as
+        (loop variable, |coefficient|) pairs, and the dim's extent (what ``_regions`` spans; the
+        anchor's expressions are walked once, not per config)."""
+        out: dict[str, list[tuple[tuple[tuple[object, int], ...], int]]] = {}
+        for r in _reads(self.anchor):
+            if r.tensor.name in out or r.tensor.name not in self._shared_candidates:
+                continue
+            out[r.tensor.name] = [
+                (tuple((atom, abs(k)) for atom, k in linear(idx, {}).terms.values()), r.tensor.shape[d])
+                for d, idx in enumerate(r.indices)
+            ]
+        return out
+
+    @cached_property
+    def _shared_candidates(self) -> list[str]:
+        return list(self.pack_candidates) + self.padded_inputs
 
     def _shared_regions(self, c: Config) -> list[list[int]]:
         """Stored extent per dim of each shared operand's block tile."""
@@ -202,25 +218,35 @@ class CudaSketch(Sketch):
 
     def _spatial_last(self, name: str) -> tuple[int, ...]:
         """The dim order of ``name`` with the dim of its innermost spatial axis moved last."""
-        read = next(r for r in _reads(self.anchor) if r.tensor.name == name)
-        order = list(range(read.tensor.ndim))
-        for ax in reversed(self.anchor.axes):
-            dim = next((d for d, i in enumerate(read.indices) if ax.var in free_vars(i)), None)
-            if dim is not None:
-                order.remove(dim)
-                return tuple(order + [dim])
-        return tuple(order)
+        return self._orders[name][1]
+
+    @cached_property
+    def _orders(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Per operand the anchor reads (its first read): its dims in source order, and with the dim
+        of its innermost spatial axis moved last."""
+        out: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        for read in _reads(self.anchor):
+            if read.tensor.name in out:
+                continue
+            order = list(range(read.tensor.ndim))
+            last = tuple(order)
+            for ax in reversed(self.anchor.axes):
+                dim = next((d for d, i in enumerate(read.indices) if ax.var in free_vars(i)), None)
+                if dim is not None:
+                    order.remove(dim)
+                    last = tuple(order + [dim])
+                    break
+            out[read.tensor.name] = (tuple(range(read.tensor.ndim)), last)
+        return out
 
     def _layout(self, name: str, c: Config) -> tuple[int, ...]:
         """Stored dim order of a shared operand under config ``c``."""
-        if c.get("shared_layout"):
-            return self._spatial_last(name)
-        return tuple(range(next(r.tensor.ndim for r in _reads(self.anchor) if r.tensor.name == name)))
+        return self._orders[name][1 if c.get("shared_layout") else 0]
 
     @property
     def _transposable(self) -> bool:
         return any(self._spatial_last(n) != tuple(sorted(self._spatial_last(n)))
-                   for n in list(self.pack_candidates) + self.padded_inputs)
+                   for n in self._shared_candidates)
 
     def _shared_bytes(self, c: Config) -> int:
         return sum(4 * math.prod(d[:-1]) * (d[-1] + c["pad"]) for d in self._shared_regions(c))

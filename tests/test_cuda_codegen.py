@@ -350,3 +350,27 @@ def test_tune_on_the_gpu(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["target_kind"] == "cuda" and out["valid"] >= 1 and out["best_gflops"] > 0
+
+
+def test_every_valid_config_of_an_anchor_reading_only_inlined_operands_lowers() -> None:
+    """Attention's scores read Q and K through inlined slices and transposes: with no shared copy
+    (``stage_padded`` off) there is no tile ring to fill, so deeper ``stages`` are invalid there
+    instead of failing to lower; every config the space calls valid lowers."""
+    from autotune.graph.compiler import prepare
+
+    wl = next(t.workload for t in prepare("zoo:bert_layer", "NHWC").tasks
+              if t.workload.name.startswith("slice_slice_transpose_transpose_batch_matmul"))
+    space = make_space(wl, TARGET)
+    rng = np.random.default_rng(0)
+    tried = refused = 0
+    for _ in range(12):
+        cfg = space.sample(rng)
+        for stages in (1, 2, 3):
+            c = dict(cfg, stages=stages)
+            if not space.is_valid(c):
+                refused += 1
+                assert not c.get("stage_padded") and stages > 1, space.violated(c)
+                continue
+            build_cuda_program(wl, space.steps(c), TARGET)
+            tried += 1
+    assert tried >= 12 and refused >= 1
