@@ -131,7 +131,11 @@ class SearchSpace:
         return math.prod(len(o) for o in self._options())
 
     def is_valid(self, config: Config) -> bool:
-        return self._well_formed(config) and all(check(config) for _, check in self.constraints)
+        return self._well_formed(config) and self._allowed(config)
+
+    def _allowed(self, config: Config) -> bool:
+        """The constraints hold (for a config made of knob options, which is well formed)."""
+        return all(check(config) for _, check in self.constraints)
 
     def violated(self, config: Config) -> list[str]:
         if not self._well_formed(config):
@@ -160,7 +164,7 @@ class SearchSpace:
         """Every valid config, in a fixed order (grid search)."""
         for values in itertools.product(*self._options()):
             cfg = self._make(values)
-            if self.is_valid(cfg):
+            if self._allowed(cfg):
                 yield cfg
 
     def size(self, limit: int = 50_000) -> int:
@@ -169,7 +173,7 @@ class SearchSpace:
         if self.raw_size <= limit:
             return sum(1 for _ in self)
         rng = np.random.default_rng(0)
-        hits = sum(self.is_valid(self._random(rng)) for _ in range(20_000))
+        hits = sum(self._allowed(self._random(rng)) for _ in range(20_000))
         return int(self.raw_size * hits / 20_000)
 
     def _random(self, rng: np.random.Generator) -> Config:
@@ -180,7 +184,7 @@ class SearchSpace:
         """A uniformly drawn valid config (rejection sampling)."""
         for _ in range(max_tries):
             cfg = self._random(rng)
-            if self.is_valid(cfg):
+            if self._allowed(cfg):
                 return cfg
         raise RuntimeError(f"space {self.name}: no valid config found in {max_tries} samples")
 
