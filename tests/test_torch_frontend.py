@@ -475,14 +475,16 @@ def test_a_graph_that_cannot_be_exported_runs_eagerly(caplog, monkeypatch):
     assert any(want in r.getMessage() for r in caplog.records), caplog.text
 
 
-def test_any_and_all_over_dims_and_whole_tensors():
+def test_truths_any_all_and_their_arithmetic():
     """A float is true where it is nonzero (negative ones too); T5's float16 overflow guard reduces
-    ``isinf(x)`` over the whole tensor."""
+    ``isinf(x)`` over the whole tensor; masks multiplied (BART's) or added are And and Or."""
 
     class Model(torch.nn.Module):
         def forward(self, x, b):
-            return (x.any(), x.all(), (x > 0.5).all(1), x.any(dim=(0, 2), keepdim=True), b.all(),
-                    (x * 0.0).any(), torch.where(torch.isinf(x).any(), x * 2.0, x))
+            m = x > 0.5
+            return (x.any(), x.all(), m.all(1), x.any(dim=(0, 2), keepdim=True), b.all(),
+                    (x * 0.0).any(), torch.where(torch.isinf(x).any(), x * 2.0, x),
+                    m * (x < 1.0), m + (x < -1.0), torch.maximum(m, x < 0), torch.minimum(m, x < 1), m * True)
 
     x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
     x[0, 0, 0], x[1] = 0.0, -1.0

@@ -191,11 +191,15 @@ def _rsqrt(cx: Emitter, node: torch.fx.Node) -> str:
 
 
 _BINARY = _kind("binary")
+# arithmetic on truths (PyTorch computes it in bool): a product is And, a sum or maximum Or
+_ON_BOOL = {"Mul": "And", "Min": "And", "Add": "Or", "Max": "Or"}
 
 
 def _binary(cx: Emitter, node: torch.fx.Node) -> str:
     op = _BINARY[node.target]
     dt = out_dtype(node)
+    if dt == "bool" and op in _ON_BOOL:
+        return cx.one(_ON_BOOL[op], [cx.typed(node.args[0], dt), cx.typed(node.args[1], dt)])
     if op in ("And", "Or", "Xor") and dt != "bool":
         raise GraphError(f"{node.target} on {dt} (bitwise, not logical)")
     a, b = node.args[0], node.args[1]
