@@ -41,7 +41,6 @@ def _applications() -> dict[str, Callable[[], Any]]:
         "efficientnet_v2_b0": apps.EfficientNetV2B0, "densenet121": apps.DenseNet121,
         "inception_v3": apps.InceptionV3, "xception": apps.Xception, "nasnet_mobile": apps.NASNetMobile,
         "convnext_tiny": apps.ConvNeXtTiny, "regnetx_002": apps.RegNetX002, "regnety_002": apps.RegNetY002,
-        "vgg16": apps.VGG16,
     }
     return {f"keras_{k}": (lambda f=f: f(weights=None, classifier_activation=None)) for k, f in made.items()}
 
