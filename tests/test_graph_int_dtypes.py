@@ -406,7 +406,71 @@ def test_integer_matrix_products(tmp_path) -> None:  # noqa: ANN001
     want = np.clip(np.rint(exact * m.astype(np.float64) + 120), 0, 255).astype(np.uint8)
     assert q.dtype == np.uint8
     np.testing.assert_array_equal(q, want)
-    long = {"a": np.zeros((2, k + 1), np.uint8), "b": np.zeros((k + 1, 2), np.uint8)}
+    # a longer sum, at the largest magnitudes: exact in pieces of at most k terms added in int32
+    # (one float32 sum of these 700 terms of 65025 would round: it passes 2**24)
+    big = {"a": np.full((2, 700), 255, np.uint8), "b": np.full((700, 3), 255, np.uint8)}
+    big["a"][0, :3] = 254  # an odd sum past 2**24: float32 could not hold it
+    (c,) = _run([helper.make_node("MatMulInteger", ["a", "b"], ["c"])], big, ["c"], tmp_path)
+    np.testing.assert_array_equal(c, big["a"].astype(np.int64) @ big["b"].astype(np.int64))
+    assert c[0, 0] > 1 << 24 and c[0, 0] % 2 == 1
+    # a product large enough for Strassen's form is not given it: its sums would leave the integers
+    from autotune.graph import prepare
+
+    w = rng.integers(-128, 128, size=(256, 768)).astype(np.int8)
+    model = _model([helper.make_node("MatMulInteger", ["a", "w"], ["c"])],
+                   {"a": rng.integers(0, 256, size=(128, 256)).astype(np.uint8)}, ["c"], {"w": w})
+    prepared = prepare(model, forms="strassen")
+    products = [n for n in prepared.graph.nodes if n.op == "MatMul"]
+    assert not prepared.forms and products and all(n.attrs.get("exact") for n in products)
+    from autotune.graph.ops.quantize import INT32_PRODUCT_TERMS
+
+    n = INT32_PRODUCT_TERMS + 1
+    long = {"a": np.zeros((2, n), np.uint8), "b": np.zeros((n, 2), np.uint8)}
     model = _model([helper.make_node("MatMulInteger", ["a", "b"], ["c"])], long, ["c"])
-    with pytest.raises(UnsupportedModelError, match=f"sum of {k + 1} products"):
+    with pytest.raises(UnsupportedModelError, match=f"sum of {n} products"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "xdt,c,k,attrs",
+    [("uint8", 64, 3, dict(pads=[1, 1, 1, 1])),  # 576 terms: three exact pieces of channels
+     ("int8", 300, 1, dict(strides=[2, 2])),  # a 1x1 convolution over 300 channels
+     ("uint8", 16, 3, dict(group=16, pads=[1, 1, 1, 1])),  # depthwise
+     ("uint8", 8, 5, dict(dilations=[2, 1], pads=[2, 0, 2, 0]))],
+    ids=["3x3-pieces", "1x1-300", "depthwise", "5x5-dilated"],
+)
+def test_integer_convolutions_are_exact(xdt: str, c: int, k: int, attrs: dict, tmp_path) -> None:  # noqa: ANN001
+    """ConvInteger and QLinearConv (per-channel weight zero points, scales and an int32 bias) match
+    onnx's reference evaluator element for element, sums past 2**24 included; the products carry
+    ``exact``, so neither Winograd nor Strassen takes them."""
+    from onnx.reference import ReferenceEvaluator
+
+    from autotune.graph import prepare
+
+    rng = np.random.default_rng(c + k)
+    groups = attrs.get("group", 1)
+    m = 8 if groups == 1 else c
+    info = np.iinfo(xdt)
+    x = rng.integers(info.min, info.max + 1, size=(1, c, 9, 10)).astype(xdt)
+    x[0, :, :3] = info.max  # a corner at the largest magnitude
+    w = rng.integers(-128, 128, size=(m, c // groups, k, k)).astype(np.int8)
+    w[0] = -128
+    inputs = {"x": x, "xz": np.array(info.min, xdt), "wz": rng.integers(-2, 3, m).astype(np.int8),
+              "xs": np.array(0.05, np.float32), "ws": rng.uniform(0.01, 0.02, m).astype(np.float32),
+              "ys": np.array(3.0, np.float32), "yz": np.array(7, np.int8),
+              "bias": rng.integers(-5000, 5000, m).astype(np.int32)}
+    consts = {n: inputs.pop(n) for n in ("wz", "ws", "ys", "yz", "bias")}
+    consts["w"] = w
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["c"], **attrs),
+             helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"], ["q"],
+                              **attrs)]
+    model = _model(nodes, inputs, ["c", "q"], consts)
+    got = _run(nodes, inputs, ["c", "q"], tmp_path, model=model)
+    want = ReferenceEvaluator(model).run(None, inputs)
+    for g, r in zip(got, want):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_array_equal(g, r)
+    assert np.abs(got[0]).max() > 1 << 14 or k == 1
+    prepared = prepare(model, forms="winograd2")
+    products = [n for n in prepared.graph.nodes if n.op == "Conv"]
+    assert not prepared.forms and products and all(n.attrs.get("exact") for n in products)

@@ -157,7 +157,14 @@ static inline {v} at_vround({v} x) {{  /* imm 8: to nearest, no exceptions */
 static inline {v} at_vscale2({v} y, {v} t) {{
   return __builtin_ia32_{scalef}_mask(y, t, y, ({mask})-1{cur}); }}
 static inline {v} at_vexp_domain({v} x) {{ return x; }}  /* vscalefps overflows to inf, underflows to 0 */
+static inline {v} at_vnearbyint({v} x) {{ return at_vround(x); }}
 #else
+/* round half to even (Round): below 2^23 adding and taking away 2^23 with x's sign rounds in the
+   current mode; from 2^23 on (and NaN) x is its own rounding; the sign bit is x's (so -0.4 -> -0) */
+static inline {v} at_vnearbyint({v} x) {{
+  at_i32x{n} sign = (at_i32x{n})x & (at_i32x{n})at_bcast(-0.0f);
+  {v} c = ({v})(sign | (at_i32x{n})at_bcast(8388608.0f)), r = (x + c) - c;
+  return at_vblend(at_vmax(x, -x) < 8388608.0f, ({v})((at_i32x{n})r | sign), x); }}
 static inline {v} at_vround({v} x) {{
   x = x + 0.5f;
   {v} t = __builtin_convertvector(__builtin_convertvector(x, at_i32x{n}), {v});

@@ -33,6 +33,8 @@ __device__ __forceinline__ float4 at_exp4(float4 a) { return make_float4(expf(a.
 __device__ __forceinline__ float at_sigmoid1(float a) { return 1.0f / (1.0f + expf(-a)); }
 __device__ __forceinline__ float4 at_sigmoid4(float4 a) { return make_float4(at_sigmoid1(a.x), at_sigmoid1(a.y), at_sigmoid1(a.z), at_sigmoid1(a.w)); }
 __device__ __forceinline__ float4 at_tanh4(float4 a) { return make_float4(tanhf(a.x), tanhf(a.y), tanhf(a.z), tanhf(a.w)); }
+__device__ __forceinline__ float4 at_nearbyint4(float4 a) {
+  return make_float4(rintf(a.x), rintf(a.y), rintf(a.z), rintf(a.w)); }
 __device__ __forceinline__ float4 at_min4(float4 a, float4 b) { return make_float4(fminf(a.x, b.x), fminf(a.y, b.y), fminf(a.z, b.z), fminf(a.w, b.w)); }
 """
 

@@ -250,9 +250,12 @@ def output_transform(p: te.Tensor, rows: int, name: str, levels: int = 1) -> te.
 
 # --- the graph rewrite -----------------------------------------------------------------------------
 def eligible(g: Graph, node: Node, levels: int = 1) -> bool:
-    """A float32 MatMul by a constant ``[K, N]`` matrix, K and N divisible by ``2^levels``, at least
-    MIN_ROWS rows of A per block and MIN_MACS * 4^(levels - 1) multiply-adds."""
+    """A float32 MatMul by a constant ``[K, N]`` matrix (not an exact integer product), K and N
+    divisible by ``2^levels``, at least MIN_ROWS rows of A per block and MIN_MACS * 4^(levels - 1)
+    multiply-adds."""
     if node.op != "MatMul" or len(node.inputs) != 2 or node.inputs[1] not in g.consts:
+        return False
+    if node.attrs.get("exact"):  # an integer product (passes.exact_product): its sums must stay exact
         return False
     a, w = g.types.get(node.inputs[0]), g.consts[node.inputs[1]]
     if a is None or len(a.shape) < 2 or w.ndim != 2 or w.dtype != np.float32 or a.dtype != "float32":

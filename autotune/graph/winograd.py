@@ -263,9 +263,12 @@ def output_transform(attrs: dict, mm: te.Tensor, name: str) -> te.Tensor:
 
 # --- the graph pass ------------------------------------------------------------------------------
 def eligible(g: Graph, conv: Node) -> bool:
-    """An NHWC 3x3 convolution with stride 1 or 2 on both axes, no dilation, one group, at least
-    ``MIN_IN_CHANNELS`` input channels, symmetric padding <= 2 and a constant weight (HWIO)."""
+    """An NHWC 3x3 convolution (not an exact integer one) with stride 1 or 2 on both axes, no
+    dilation, one group, at least ``MIN_IN_CHANNELS`` input channels, symmetric padding <= 2 and a
+    constant weight (HWIO)."""
     if conv.op != "Conv" or conv.attrs.get("layout") != "NHWC" or conv.inputs[1] not in g.consts:
+        return False
+    if conv.attrs.get("exact"):  # an integer convolution (passes.exact_product): no fractions
         return False
     if not is_uniform_conv(conv):
         return False

@@ -181,7 +181,7 @@ def _invariant(cond: Expr, var: Var) -> bool:
     return all(n is not var and not isinstance(n, (Load, VLoad, Gather)) for n in _walk_deep(cond))
 
 
-VECTOR_CALLS = ("exp", "sigmoid", "tanh")  # math functions the renderers have lane-wise versions of
+VECTOR_CALLS = ("exp", "sigmoid", "tanh", "nearbyint")  # math functions with lane-wise versions
 
 
 def _vector(e: Expr, lanes: int) -> Expr:

@@ -20,7 +20,7 @@ from autotune.te import tensor as T
 from autotune.te.expr import Expr, const
 
 from ..ir import GraphError, Node, TensorType
-from .base import ELEMWISE, REWRITE, Arg, Consts, Types, broadcast_shapes, norm_axis, register, same
+from .base import ELEMWISE, OPS, REWRITE, Arg, Consts, Types, broadcast_shapes, norm_axis, register, same
 from .elementwise import _cast_np, onnx_dtype
 from .nn import matmul_shape
 from .te_build import arg_dtype, nd_compute, read, shape_of
@@ -158,10 +158,27 @@ register("DequantizeLinear", REWRITE, _check)(_Dequantize)
 register("QuantizeLinear", REWRITE, _check)(_Quantize)
 
 
-# --- integer matrix products -------------------------------------------------------------------------
-# a product of 8-bit values less their zero points is computed as a float32 MatMul, exact while every
-# partial sum is an integer below 2**24: K * 255 * 255 < 2**24, K <= 258
+# --- integer matrix products and convolutions -------------------------------------------------------
+# a product of 8-bit values less their zero points is computed as float32 MatMuls (Convs), exact while
+# every partial sum is an integer below 2**24: K * 255 * 255 < 2**24, K <= 258 terms a sum. A longer
+# sum is split along K into pieces of at most that many terms, each piece's exact value cast to int32
+# and the pieces added in int32 (which holds up to 33025 terms).
 EXACT_PRODUCT_TERMS = (1 << 24) // (255 * 255)
+INT32_PRODUCT_TERMS = ((1 << 31) - 1) // (255 * 255)
+
+
+def exact_pieces(units: int, terms_per_unit: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of ``units`` (a product's K, a convolution's input channels, each adding
+    ``terms_per_unit`` terms to a sum) in pieces of at most EXACT_PRODUCT_TERMS terms, of equal size
+    rounded up to a multiple of 8 units where that fits."""
+    cap = EXACT_PRODUCT_TERMS // terms_per_unit
+    if cap < 1:
+        raise ValueError(f"{terms_per_unit} terms a unit exceed {EXACT_PRODUCT_TERMS}")
+    count = -(-units // cap)
+    size = -(-units // count)
+    if cap >= 8:
+        size = min(cap - cap % 8, -(-size // 8) * 8)
+    return [(lo, min(units, lo + size)) for lo in range(0, units, size)]
 
 
 def _centred(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
@@ -176,12 +193,81 @@ def _integer_product(node: Node, types: Types, consts: Consts, a: int, b: int) -
     for t in (ta, tb):
         if t.dtype not in ("int8", "uint8"):
             raise GraphError(f"{node.op} node {node.name!r}: operand is {t.dtype}, not int8 / uint8")
-    if not _folded(node, consts) and ta.shape[-1] > EXACT_PRODUCT_TERMS:
+    if not _folded(node, consts) and ta.shape[-1] > INT32_PRODUCT_TERMS:
         raise GraphError(
             f"{node.op} node {node.name!r}: a sum of {ta.shape[-1]} products (more than "
-            f"{EXACT_PRODUCT_TERMS}) is not computed exactly in float32; not compiled"
+            f"{INT32_PRODUCT_TERMS}) may overflow int32; not compiled"
         )
     return matmul_shape(ta.shape, tb.shape, node.name)
+
+
+def _integer_conv(node: Node, types: Types, consts: Consts, x: int, w: int) -> tuple[int, ...]:
+    """The output shape of the convolution of inputs ``x`` and ``w`` (8-bit integers, NCHW), and
+    GraphError where a kernel could not compute it exactly (see ``exact_pieces``)."""
+    tx, tw = same(types[x]), same(types[w])
+    for t in (tx, tw):
+        if t.dtype not in ("int8", "uint8"):
+            raise GraphError(f"{node.op} node {node.name!r}: operand is {t.dtype}, not int8 / uint8")
+    conv = Node("Conv", [node.inputs[x], node.inputs[w]], node.outputs[:1], node.attrs, node.name)
+    wide = [TensorType(t.shape, "float32") for t in (tx, tw)]
+    (out,) = OPS["Conv"].infer(conv, wide, [None, None])
+    window = int(np.prod(tw.shape[2:], dtype=np.int64))
+    groups = int(node.attrs.get("group", 1))
+    if not _folded(node, consts):
+        if window > EXACT_PRODUCT_TERMS or (groups > 1 and window * tw.shape[1] > EXACT_PRODUCT_TERMS):
+            raise GraphError(
+                f"{node.op} node {node.name!r}: a window of {window} x {tw.shape[1]} channels "
+                f"{'in each of ' + str(groups) + ' groups ' if groups > 1 else ''}is not computed exactly "
+                f"in float32; not compiled")
+        if window * tw.shape[1] > INT32_PRODUCT_TERMS:
+            raise GraphError(f"{node.op} node {node.name!r}: sums of {window * tw.shape[1]} products may "
+                             "overflow int32; not compiled")
+    return out.shape
+
+
+def _conv_np(node: Node, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The exact integer convolution of centred operands (in float64, then int64)."""
+    conv = Node("Conv", ["x", "w"], ["y"], node.attrs, node.name)
+    (y,) = OPS["Conv"].numpy(conv, [x.astype(np.float64), w.astype(np.float64)])
+    return np.rint(y).astype(np.int64)
+
+
+def _per_channel(v: np.ndarray | None, rank: int) -> np.ndarray | None:
+    """A per-output-channel vector (or a scalar) shaped to broadcast over NCHW's channel axis."""
+    if v is None or v.size == 1:
+        return None if v is None else v.reshape(())
+    return v.reshape([-1] + [1] * (rank - 1))
+
+
+class _ConvInteger:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        return [TensorType(_integer_conv(node, types, consts, 0, 1), "int32")]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = np.asarray(xs[0]), np.asarray(xs[1])
+        zx = np.asarray(xs[2]) if len(xs) > 2 and xs[2] is not None else None
+        zw = _per_channel(np.asarray(xs[3]), w.ndim) if len(xs) > 3 and xs[3] is not None else None
+        return [_conv_np(node, _centred(x, zx), _centred(w, zw)).astype(np.int32)]
+
+
+class _QLinearConv:
+    @staticmethod
+    def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
+        return [_requantized(node, types, consts, _integer_conv(node, types, consts, 0, 3))]
+
+    @staticmethod
+    def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, x_s, x_zp, w, w_s, w_zp, y_s = (None if v is None else np.asarray(v) for v in xs[:7])
+        y_zp = np.asarray(xs[7]) if len(xs) > 7 and xs[7] is not None else None
+        rank = w.ndim - 1
+        acc = _conv_np(node, _centred(x, x_zp), _centred(w, _per_channel(w_zp, w.ndim)))
+        if len(xs) > 8 and xs[8] is not None:
+            acc = acc + _per_channel(np.asarray(xs[8]), rank).astype(np.int64)
+        m = x_s * _per_channel(w_s, rank) / y_s
+        return [requantize_np(acc, m, y_zp, (y_zp if y_zp is not None else x).dtype)]
+
 
 
 class _MatMulInteger:
@@ -195,18 +281,24 @@ class _MatMulInteger:
         return [np.matmul(_centred(np.asarray(xs[0]), zp[0]), _centred(np.asarray(xs[1]), zp[1]))]
 
 
+def _requantized(node: Node, types: Types, consts: Consts, shape: tuple[int, ...]) -> TensorType:
+    """The type of QLinearMatMul's / QLinearConv's output (the output zero point's, else x's), their
+    scales (inputs 1, 4, 6) and bias (input 8) checked."""
+    if not _folded(node, consts):
+        for i in (1, 4, 6):
+            if same(types[i]).dtype != "float32":
+                raise GraphError(f"{node.op} node {node.name!r}: a {types[i].dtype} scale; float32 is "
+                                 "compiled")
+        if len(types) > 8 and types[8] is not None and types[8].dtype != "int32":
+            raise GraphError(f"{node.op} node {node.name!r}: a {types[8].dtype} bias; int32 is compiled")
+    zp = types[7] if len(types) > 7 else None
+    return TensorType(shape, (zp or same(types[0])).dtype)
+
+
 class _QLinearMatMul:
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        shape = _integer_product(node, types, consts, 0, 3)
-        if not _folded(node, consts):
-            for i in (1, 4, 6):
-                if same(types[i]).dtype != "float32":
-                    raise GraphError(
-                        f"QLinearMatMul node {node.name!r}: a {types[i].dtype} scale; float32 is compiled"
-                    )
-        zp = types[7] if len(types) > 7 else None
-        return [TensorType(shape, (zp or same(types[0])).dtype)]
+        return [_requantized(node, types, consts, _integer_product(node, types, consts, 0, 3))]
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -259,8 +351,11 @@ class _Requantize:
 
 
 # the operators passes.lower_quantize writes as others
-QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "MatMulInteger", "QLinearMatMul")
+QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "ConvInteger",
+                 "QLinearConv")
 
 register("MatMulInteger", REWRITE)(_MatMulInteger)
 register("QLinearMatMul", REWRITE)(_QLinearMatMul)
+register("ConvInteger", REWRITE)(_ConvInteger)
+register("QLinearConv", REWRITE)(_QLinearConv)
 register("Requantize", ELEMWISE, internal=True)(_Requantize)

@@ -84,6 +84,8 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
             arr4 = arr.reshape((1,) * (4 - arr.ndim) + arr.shape)
             to_nhwc[v] = _add_const(g, v + "_nhwc", arr4.transpose(TO_NHWC))
             return to_nhwc[v]
+        if scalar(v):
+            return v
         t = _new_value(g, v + "_nhwc", _permute(g.types[v], TO_NHWC))
         out.append(Node("Transpose", [v], [t], {"perm": TO_NHWC}, g.fresh_name(v + "_to_nhwc")))
         to_nhwc[v] = t
@@ -100,6 +102,9 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
 
     def four_d(v: str) -> bool:
         return len(g.types[v].shape) == 4
+
+    def scalar(v: str) -> bool:  # one value (a run-time scale, a zero point cast): any layout
+        return len(g.types[v].shape) <= 1 and g.types[v].size == 1
 
     def shape_const(base: str, shape: tuple[int, ...]) -> str:
         return _add_const(g, base, np.asarray(shape, dtype=np.int64))
@@ -158,7 +163,7 @@ def convert_layout(graph: Graph, layout: str = "NHWC") -> Graph:
         elif (
             op_def(n.op).kind == ELEMWISE
             and any(i in nhwc for i in ins)
-            and all(four_d(i) or (i in g.consts and g.consts[i].ndim <= 4) for i in ins)
+            and all(four_d(i) or (i in g.consts and g.consts[i].ndim <= 4) or scalar(i) for i in ins)
         ):
             n.inputs = [as_nhwc(i) if i else i for i in n.inputs]
         else:

@@ -13,8 +13,8 @@ from ..ir import Graph, Node, TensorType
 from ..ops import (
     broadcast_shapes,
 )
-from .infer import eliminate_dead_code
-from .rewrite import _add_const, _Emitter, _lower_nodes, _new_value
+from .infer import eliminate_dead_code, infer_types
+from .rewrite import _add_const, _Emitter, _lower_nodes, _new_value, remove_identities
 
 
 # --- batch norm -------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def lower_quantize(graph: Graph) -> Graph:
     saturating to the quantized type's range. MatMulInteger / QLinearMatMul -> a float32 MatMul of
     the operands less their zero points (exact: see ops/quantize.EXACT_PRODUCT_TERMS), cast to int32
     or requantized (``Requantize``, in float64)."""
-    from ..ops.quantize import QUANT_RANGES, QUANTIZED_OPS, granularity
+    from ..ops.quantize import QUANT_RANGES, QUANTIZED_OPS, exact_pieces, granularity
 
     def lower(g: Graph, n: Node, em: _Emitter) -> None:
         x = n.inputs[0]
@@ -359,8 +359,11 @@ def lower_quantize(graph: Graph) -> Graph:
 
         def as_float(v: str, base: str) -> str:
             t = g.types[v]
-            return v if t.dtype == "float32" else em.node("Cast", [v], TensorType(t.shape, "float32"), base,
-                                                          {"to": 1})
+            if t.dtype == "float32":
+                return v
+            if v in g.consts:  # a constant zero point: its float value now
+                return em.const(f"{base}_float", g.consts[v].astype(np.float32))
+            return em.node("Cast", [v], TensorType(t.shape, "float32"), base, {"to": 1})
 
         def given(i: int) -> str:
             return n.inputs[i] if len(n.inputs) > i and n.inputs[i] else ""
@@ -372,19 +375,44 @@ def lower_quantize(graph: Graph) -> Graph:
             t = TensorType(broadcast_shapes(g.types[v].shape, g.types[zp].shape), "float32")
             return em.node("Sub", [f, as_float(zp, f"{base}_zero")], t, f"{base}_centred")
 
-        if n.op in ("MatMulInteger", "QLinearMatMul"):  # an exact integer product in float32, then
-            b, zb = (1, 3) if n.op == "MatMulInteger" else (3, 5)  # its int32 value or requantized
+        def on_channels(v: str, rank: int, base: str) -> str:
+            """A per-channel vector (a convolution's, of more than one entry) shaped to broadcast
+            over axis 0 of a weight (``rank`` dims) or axis 1 of an NCHW output (``rank - 1``)."""
+            t = g.types[v]
+            if t.size == 1:
+                return v
+            shape = (t.size,) + (1,) * (rank - 1)
+            return em.node("Reshape", [v, em.const(f"{base}_shape", np.asarray(shape, np.int64))],
+                           TensorType(shape, t.dtype), base)
+
+        if n.op in ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"):
+            # an exact integer product in float32 pieces, then its int32 value or requantized
+            conv = n.op in ("ConvInteger", "QLinearConv")
+            qlinear = n.op.startswith("QLinear")
+            b, zb = (3, 5) if qlinear else (1, 3)
             y, yt = n.outputs[0], g.types[n.outputs[0]]
-            ab = [centred(n.inputs[0], given(2), "a"), centred(n.inputs[b], given(zb), "b")]
-            c = em.node("MatMul", ab, TensorType(yt.shape, "float32"), "product")
-            if n.op == "MatMulInteger":
-                em.node("Cast", [c], yt, "integer", {"to": _onnx_code("int32")}, dst=y)
+            wb = g.types[n.inputs[b]]
+            zp_b = on_channels(given(zb), len(wb.shape), "b_zero") if conv and given(zb) else given(zb)
+            ab = [centred(n.inputs[0], given(2), "a"), centred(n.inputs[b], zp_b, "b")]
+            acc_t = TensorType(yt.shape, "int32")
+            if conv:  # summed over input channels, each adding its window's terms
+                window = int(np.prod(wb.shape[2:], dtype=np.int64))
+                pieces, axes, attrs = exact_pieces(wb.shape[1], window), (1, 1), dict(n.attrs)
+            else:
+                k = wb.shape[-2] if len(wb.shape) > 1 else wb.shape[0]
+                pieces, axes, attrs = exact_pieces(k, 1), (-1, -2 if len(wb.shape) > 1 else 0), {}
+            dst = "" if qlinear else y
+            acc = exact_product(em, "Conv" if conv else "MatMul", ab, acc_t, pieces, axes, attrs, dst)
+            if not qlinear:
                 return
-            sa, sb, sy = (g.types[n.inputs[i]] for i in (1, 4, 6))
+            if given(8):  # QLinearConv's int32 bias, per output channel
+                acc = em.node("Add", [acc, on_channels(given(8), len(yt.shape) - 1, "bias")], acc_t, "biased")
+            scale_b = on_channels(n.inputs[4], len(yt.shape) - 1, "b_scale") if conv else n.inputs[4]
+            sa, sb, sy = (g.types[v] for v in (n.inputs[1], scale_b, n.inputs[6]))
             both = TensorType(broadcast_shapes(sa.shape, sb.shape), "float32")
-            m = em.node("Div", [em.node("Mul", [n.inputs[1], n.inputs[4]], both, "scales"), n.inputs[6]],
+            m = em.node("Div", [em.node("Mul", [n.inputs[1], scale_b], both, "scales"), n.inputs[6]],
                         TensorType(broadcast_shapes(both.shape, sy.shape), "float32"), "multiplier")
-            em.node("Requantize", [c, m, *([given(7)] if given(7) else [])], yt, "requantized",
+            em.node("Requantize", [acc, m, *([given(7)] if given(7) else [])], yt, "requantized",
                     {"to": yt.dtype}, dst=y)
             return
 
@@ -405,7 +433,75 @@ def lower_quantize(graph: Graph) -> Graph:
         v = em.node("Clip", [v, *bounds], f32, "saturated")
         em.node("Cast", [v], yt, "quantized", {"to": _onnx_code(yt.dtype)}, dst=y)
 
-    return _lower_nodes(graph, QUANTIZED_OPS, lower)
+    return _integer_round_trips(_lower_nodes(graph, QUANTIZED_OPS, lower))
+
+
+def _integer_round_trips(graph: Graph) -> Graph:
+    """A quantize-dequantize pair (what a QDQ model has around each operator) lowers to
+    ``Cast(float32, Cast(int, Clip(Round(x) [+ zp], lo, hi)))``: the clipped value is already a
+    whole number inside the integer type, so the casts return it unchanged and are dropped (they
+    would keep the kernel's epilogue from vectorizing)."""
+    from ..ops.quantize import QUANT_RANGES
+
+    g = graph.copy()
+    made = {o: n for n in g.nodes for o in n.outputs}
+
+    def whole(v: str) -> bool:  # a float holding a whole number: rounded, plus whole constants
+        n = made.get(v)
+        if n is None or n.op not in ("Round", "Add"):
+            return False
+        if n.op == "Round":
+            return True
+        a, b = n.inputs
+        return (whole(a) and b in g.consts and bool(np.all(np.round(g.consts[b]) == g.consts[b]))) or (
+            whole(b) and a in g.consts and bool(np.all(np.round(g.consts[a]) == g.consts[a])))
+
+    changed = False
+    for n in g.nodes:
+        inner = made.get(n.inputs[0]) if n.op == "Cast" else None
+        if inner is None or inner.op != "Cast" or g.types[n.outputs[0]].dtype != "float32":
+            continue
+        clip = made.get(inner.inputs[0])
+        kind = g.types[inner.outputs[0]].dtype
+        if clip is None or clip.op != "Clip" or kind not in QUANT_RANGES or len(clip.inputs) != 3:
+            continue
+        bounds = [g.consts.get(b) for b in clip.inputs[1:]]
+        lo, hi = QUANT_RANGES[kind]
+        if any(b is None for b in bounds) or not whole(clip.inputs[0]):
+            continue
+        if float(bounds[0]) >= lo and float(bounds[1]) <= hi and g.types[clip.outputs[0]].dtype == "float32":
+            n.op, n.inputs, n.attrs = "Identity", [clip.outputs[0]], {}
+            changed = True
+    return infer_types(remove_identities(eliminate_dead_code(g))) if changed else graph
+
+
+def exact_product(em: _Emitter, op: str, operands: list[str], t: TensorType, pieces: list[tuple[int, int]],
+                  axes: tuple[int, int], attrs: dict, dst: str = "") -> str:
+    """The int32 value of the float32 product ``op`` (MatMul or Conv) of two operands holding
+    integers: one exact product per piece of the summed axis (``axes``: that axis in each operand),
+    each cast to int32, added in int32. The products carry ``exact``: no rewrite that changes their
+    arithmetic (Strassen, Winograd) takes them."""
+    g = em.g
+    parts = []
+    for j, (lo, hi) in enumerate(pieces):
+        ins = operands
+        if len(pieces) > 1:
+            ins = []
+            for v, axis in zip(operands, axes):
+                shape = list(g.types[v].shape)
+                axis %= len(shape)
+                shape[axis] = hi - lo
+                bounds = [em.const(f"piece{j}_{k}", np.asarray([x], np.int64)) for k, x in
+                          (("lo", lo), ("hi", hi), ("axis", axis))]
+                ins.append(em.node("Slice", [v, *bounds], TensorType(tuple(shape), "float32"), f"piece{j}"))
+        product = em.node(op, ins, TensorType(t.shape, "float32"), f"product{j}", {**attrs, "exact": 1})
+        last = j == len(pieces) - 1
+        parts.append(em.node("Cast", [product], t, f"integer{j}", {"to": _onnx_code("int32")},
+                             dst=dst if last and len(pieces) == 1 else ""))
+    total = parts[0]
+    for j, part in enumerate(parts[1:], 1):
+        total = em.node("Add", [total, part], t, f"sum{j}", dst=dst if j == len(parts) - 1 else "")
+    return total
 
 
 def _onnx_code(dtype: str) -> int:
