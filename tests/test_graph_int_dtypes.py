@@ -474,3 +474,39 @@ def test_integer_convolutions_are_exact(xdt: str, c: int, k: int, attrs: dict, t
     prepared = prepare(model, forms="winograd2")
     products = [n for n in prepared.graph.nodes if n.op == "Conv"]
     assert not prepared.forms and products and all(n.attrs.get("exact") for n in products)
+
+
+def test_a_qdq_convolution_chain_keeps_nhwc_and_drops_the_round_trip_casts(tmp_path) -> None:  # noqa: ANN001
+    """A QDQ model's quantize-dequantize pairs lower to Round, Clip and two Casts that return the
+    clipped whole number unchanged: the casts are dropped and the chain stays NHWC (no transposes
+    between the convolutions); the outputs are onnx's reference evaluation's, but where the float
+    convolution's sum lands on the other side of a rounding tie (one quantization step)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from autotune.graph import prepare
+
+    rng = np.random.default_rng(5)
+    s = np.array(0.05, np.float32)
+
+    def qdq(x: str, y: str, zp: str) -> list:
+        return [helper.make_node("QuantizeLinear", [x, "s", zp], [y + "_q"]),
+                helper.make_node("DequantizeLinear", [y + "_q", "s", zp], [y])]
+
+    consts = {"s": s, "zu": np.array(128, np.uint8), "zi": np.array(0, np.int8),
+              "w1": rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8),
+              "w2": rng.integers(-127, 128, (8, 8, 3, 3)).astype(np.int8),
+              "ws": np.full(8, 0.01, np.float32), "wz": np.zeros(8, np.int8)}
+    nodes = [*qdq("x", "xd", "zu"),
+             helper.make_node("DequantizeLinear", ["w1", "ws", "wz"], ["w1d"], axis=0),
+             helper.make_node("DequantizeLinear", ["w2", "ws", "wz"], ["w2d"], axis=0),
+             helper.make_node("Conv", ["xd", "w1d"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]), *qdq("r1", "r1d", "zu"),
+             helper.make_node("Conv", ["r1d", "w2d"], ["c2"], pads=[1, 1, 1, 1]), *qdq("c2", "y", "zi")]
+    inputs = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32) * 2}
+    model = _model(nodes, inputs, ["y"], consts)
+    ops = [n.op for n in prepare(model).graph.nodes]
+    assert "Cast" not in ops and ops.count("Transpose") <= 2, ops  # into NHWC once, out once
+    (got,) = _run(nodes, inputs, ["y"], tmp_path, model=model)
+    (want,) = ReferenceEvaluator(model).run(None, inputs)
+    steps = np.abs(got.astype(np.float64) - want) / s
+    assert steps.max() <= 1.0 + 1e-6 and np.mean(steps > 0.5) < 0.01, steps.max()
