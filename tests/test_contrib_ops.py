@@ -181,3 +181,87 @@ def test_a_model_from_onnxruntimes_transformer_optimizer_compiles_and_matches(tm
     ops = {(n.domain, n.op_type) for n in onnx.load_from_string(data).graph.node}
     assert any(d == MS for d, _ in ops), f"nothing fused: {sorted(ops)}"
     _matches_onnxruntime(data, cache, seed=6)
+
+
+def _float_net(path: str) -> None:
+    """A small network of the layers onnxruntime's static quantizer writes QOperator nodes for."""
+    rng = np.random.default_rng(3)
+    w = {"w1": rng.normal(0, 0.3, (8, 4, 3, 3)), "w2": rng.normal(0, 0.3, (8, 8, 1, 1)),
+         "w3": rng.normal(0, 0.3, (8, 8, 3, 3)), "fc": rng.normal(0, 2.0, (16, 5)),
+         "b1": rng.normal(0, 0.01, 8), "fcb": rng.normal(0, 0.01, 5)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+        helper.make_node("Add", ["r1", "c2"], ["s"]),
+        helper.make_node("MaxPool", ["s"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("LeakyRelu", ["p"], ["l"], alpha=0.1),
+        helper.make_node("Conv", ["l", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c3"], ["g"]),
+        helper.make_node("Mul", ["l", "g"], ["m"]),
+        helper.make_node("AveragePool", ["m"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "l"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])
+    g = helper.make_graph(nodes, "qnet", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                          [numpy_helper.from_array(v.astype(np.float32), k) for k, v in w.items()])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_model_quantized_by_onnxruntime_in_each_format_matches_it(tmp_path, cache: str) -> None:  # noqa: ANN001
+    """onnxruntime's quantizer, statically in its QOperator format (QLinearConv, QLinearAdd,
+    QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool, QLinearConcat,
+    QLinearGlobalAveragePool, QGemm, an int8 MaxPool) and its QDQ format, and dynamically
+    (ConvInteger, MatMulInteger): each compiles and stays within two quantization steps of
+    onnxruntime's output (the steps onnxruntime's own arithmetic rounds to one side or the other)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    src = str(tmp_path / "net.onnx")
+    _float_net(src)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.feeds = iter([{"x": rng.standard_normal((1, 4, 12, 12)).astype(np.float32)}
+                               for _ in range(8)])
+
+        def get_next(self) -> dict | None:
+            return next(self.feeds, None)
+
+    paths = {}
+    for fmt in (QuantFormat.QOperator, QuantFormat.QDQ):
+        paths[fmt.name] = str(tmp_path / f"net.{fmt.name}.onnx")
+        quantize_static(src, paths[fmt.name], Calibration(), quant_format=fmt,
+                        activation_type=QuantType.QUInt8)
+    paths["dynamic"] = str(tmp_path / "net.dynamic.onnx")
+    quantize_dynamic(src, paths["dynamic"])
+    ops = {n.op_type for n in onnx.load(paths["QOperator"]).graph.node}
+    assert {"QLinearConv", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+            "QLinearAveragePool", "QLinearConcat", "QLinearGlobalAveragePool", "QGemm", "MaxPool"} <= ops, ops
+    for kind, path in paths.items():
+        module = compile_model(path, cache_dir=cache, verbose=False)
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        for seed in range(3):
+            feeds = module.random_inputs(np.random.default_rng(seed))
+            (got,), (want,) = module.run(feeds), session.run(None, feeds)
+            (other,) = session.run(None, module.random_inputs(np.random.default_rng(seed + 10)))
+            # the static formats' outputs are whole steps of the output's scale; the dynamic one's float
+            tolerance = 2.01 * _output_scale(path) if kind != "dynamic" else 0.03 * float(np.abs(want).max())
+            assert np.abs(got - want).max() <= tolerance, (kind, seed, got, want)
+            assert np.abs(other - want).max() > 2 * tolerance  # another input: a check that could fail
+
+
+def _output_scale(path: str) -> float:
+    """The scale of the DequantizeLinear that gives a quantized model its float output."""
+    m = onnx.load(path)
+    (last,) = [n for n in m.graph.node if m.graph.output[0].name in n.output]
+    return float(numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == last.input[1])))

@@ -150,6 +150,83 @@ def _fused_gemm(n: Any, name: str, a: dict, names: Names, consts: Consts) -> lis
     return nodes + _activation(act, _gemm_params(a), gemm, n.output[0], name, names, consts)
 
 
+# --- quantized operators (onnxruntime's quantizer writes them in its QOperator format) -------------
+def _dequantized(x: str, scale: str, zp: str, name: str, names: Names, nodes: list[Node],
+                 attrs: dict | None = None) -> str:
+    out = names("dq")
+    nodes.append(Node("DequantizeLinear", [x, scale, zp] if zp else [x, scale], [out], attrs or {}, name))
+    return out
+
+
+def _quantized(x: str, scale: str, zp: str, out: str, name: str) -> Node:
+    return Node("QuantizeLinear", [x, scale, zp] if zp else [x, scale], [out], {}, name)
+
+
+def _qlinear(op: str, operands: tuple[int, ...], y_at: int,
+             attrs: Callable[[dict], dict] = lambda a: {}) -> Callable[..., list[Node]]:
+    """``QLinear<op>``: the float ``op`` of its dequantized operands (each a value, scale and zero
+    point from input position ``operands[k]``), quantized by the scale and zero point at ``y_at``
+    (what onnxruntime computes, but where a float lands on the other side of a rounding step)."""
+
+    def expand(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+        ins, nodes = list(n.input) + [""] * 9, []
+        xs = [_dequantized(ins[i], ins[i + 1], ins[i + 2], f"{name}_dq{k}", names, nodes)
+              for k, i in enumerate(operands)]
+        y = names("y")
+        nodes.append(Node(op, xs, [y], attrs(a), name + "_op"))
+        return nodes + [_quantized(y, ins[y_at], ins[y_at + 1], n.output[0], name)]
+
+    return expand
+
+
+POOL_ATTRS = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+
+
+def _qlinear_concat(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    """QLinearConcat(Y_scale, Y_zero_point, X0, X0_scale, X0_zero_point, X1, ...)."""
+    ins, nodes = list(n.input), []
+    xs = [_dequantized(ins[i], ins[i + 1], ins[i + 2], f"{name}_dq{k}", names, nodes)
+          for k, i in enumerate(range(2, len(ins), 3))]
+    y = names("y")
+    nodes.append(Node("Concat", xs, [y], {"axis": int(a.get("axis", 0))}, name + "_op"))
+    return nodes + [_quantized(y, ins[0], ins[1], n.output[0], name)]
+
+
+def _qgemm(n: Any, name: str, a: dict, names: Names, consts: Consts) -> list[Node]:
+    """QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point[, C[, y_scale[, y_zero_point]]]):
+    alpha A'B' (either transposed) + C (int32, in the scale a_scale b_scale), quantized by y_scale
+    and y_zero_point where given, else float32."""
+    ins, nodes = list(n.input) + [""] * 9, []
+    trans_b = int(a.get("transB", 0))
+    per_column = {"axis": 0 if trans_b else 1}
+    ad = _dequantized(ins[0], ins[1], ins[2], name + "_dqa", names, nodes)
+    bd = _dequantized(ins[3], ins[4], ins[5], name + "_dqb", names, nodes, per_column)
+    y = names("product") if ins[6] or ins[7] else n.output[0]
+    attrs = {"alpha": float(a.get("alpha", 1.0)), "transA": int(a.get("transA", 0)), "transB": trans_b}
+    nodes.append(Node("Gemm", [ad, bd], [y], attrs, name + "_gemm"))
+    if ins[6]:
+        scale, bias, total = names("bias_scale"), names("bias"), names("sum") if ins[7] else n.output[0]
+        nodes.append(Node("Mul", [ins[1], ins[4]], [scale], {}, name + "_bias_scale"))
+        nodes.append(Node("DequantizeLinear", [ins[6], scale], [bias], {"axis": 0}, name + "_dqc"))
+        nodes.append(Node("Add", [y, bias], [total], {}, name + "_add"))
+        y = total
+    if ins[7]:
+        nodes.append(_quantized(y, ins[7], ins[8], n.output[0], name))
+    return nodes
+
+
+QLINEAR = {
+    "QLinearAdd": _qlinear("Add", (0, 3), 6),
+    "QLinearMul": _qlinear("Mul", (0, 3), 6),
+    "QLinearSigmoid": _qlinear("Sigmoid", (0,), 3),
+    "QLinearLeakyRelu": _qlinear("LeakyRelu", (0,), 3, lambda a: {"alpha": float(a.get("alpha", 0.01))}),
+    "QLinearGlobalAveragePool": _qlinear("GlobalAveragePool", (0,), 3),
+    "QLinearAveragePool": _qlinear("AveragePool", (0,), 3, lambda a: {k: a[k] for k in POOL_ATTRS if k in a}),
+    "QLinearConcat": _qlinear_concat,
+    "QGemm": _qgemm,
+}
+
+
 EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
     "Gelu": _gelu,
     "BiasGelu": _bias_gelu,
@@ -161,6 +238,7 @@ EXPANSIONS: dict[str, Callable[[Any, str, dict, Names, Consts], list[Node]]] = {
     "FusedConv": _fused_conv,
     "FusedGemm": _fused_gemm,
     "SimplifiedLayerNormalization": _simplified_norm,
+    **QLINEAR,
 }
 
 
@@ -206,6 +284,8 @@ def contrib_problem(n: Any, attrs: dict) -> str | None:
         return "its inverse standard deviation output read"
     if n.op_type == "SkipSimplifiedLayerNormalization" and len(n.input) > 3 and n.input[3]:
         return "a bias input"
+    if n.op_type in ("QLinearGlobalAveragePool", "QLinearAveragePool") and int(attrs.get("channels_last", 0)):
+        return "channels_last=1"
     if n.op_type in ("FusedConv", "FusedGemm"):
         conv = n.op_type == "FusedConv"
         act = attrs.get("activation", "")

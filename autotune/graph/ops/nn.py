@@ -546,8 +546,9 @@ class _Pool:
 
     @staticmethod
     def infer(node: Node, types: Types, consts: Consts) -> list[TensorType]:
-        float_only(node, types)
         x = same(types[0])
+        if node.op != "MaxPool" or x.dtype not in ("int8", "uint8"):  # (8-bit ones: passes.lower_quantize)
+            float_only(node, types)
         nhwc = _is_nhwc(node.attrs)
         if len(x.shape) not in (4, 5) or (nhwc and len(x.shape) != 4):
             raise GraphError(f"{node.op} node {node.name!r}: only 1-d, 2-d and 3-d pooling, got {x.shape}")

@@ -336,7 +336,8 @@ def lower_quantize(graph: Graph) -> Graph:
     entry), then ``(float(x) - float(zp)) * scale``, or ``Cast(Clip(Round(x / scale) + float(zp)))``
     saturating to the quantized type's range. MatMulInteger / QLinearMatMul -> a float32 MatMul of
     the operands less their zero points (exact: see ops/quantize.EXACT_PRODUCT_TERMS), cast to int32
-    or requantized (``Requantize``, in float64)."""
+    or requantized (``Requantize``, in float64). A MaxPool of 8-bit integers -> the MaxPool of their
+    float32 values, cast back."""
     from ..ops.quantize import QUANT_RANGES, QUANTIZED_OPS, exact_pieces, granularity
 
     def lower(g: Graph, n: Node, em: _Emitter) -> None:
@@ -416,6 +417,12 @@ def lower_quantize(graph: Graph) -> Graph:
                     {"to": yt.dtype}, dst=y)
             return
 
+        if n.op == "MaxPool":  # of 8-bit integers (a QOperator model's): exact in float32
+            y, yt = n.outputs[0], g.types[n.outputs[0]]
+            wide = em.node("MaxPool", [as_float(x, "wide")], TensorType(yt.shape, "float32"), "pool", n.attrs)
+            em.node("Cast", [wide], yt, "narrow", {"to": _onnx_code(yt.dtype)}, dst=y)
+            return
+
         zp = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else ""
         scale = spread(n.inputs[1], "scale")
         y, yt = n.outputs[0], g.types[n.outputs[0]]
@@ -433,7 +440,10 @@ def lower_quantize(graph: Graph) -> Graph:
         v = em.node("Clip", [v, *bounds], f32, "saturated")
         em.node("Cast", [v], yt, "quantized", {"to": _onnx_code(yt.dtype)}, dst=y)
 
-    return _integer_round_trips(_lower_nodes(graph, QUANTIZED_OPS, lower))
+    def integer_pool(g: Graph, n: Node) -> bool:
+        return n.op != "MaxPool" or (g.types[n.inputs[0]].dtype in ("int8", "uint8") and len(n.outputs) == 1)
+
+    return _integer_round_trips(_lower_nodes(graph, (*QUANTIZED_OPS, "MaxPool"), lower, integer_pool))
 
 
 def _integer_round_trips(graph: Graph) -> Graph:
