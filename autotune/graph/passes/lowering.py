@@ -334,9 +334,10 @@ def lower_quantize(graph: Graph) -> Graph:
     """QuantizeLinear / DequantizeLinear -> the operators they are made of (see ops/quantize.py): the
     scale and zero point made to broadcast against x (a Reshape per axis, a Gather of each block's
     entry), then ``(float(x) - float(zp)) * scale``, or ``Cast(Clip(Round(x / scale) + float(zp)))``
-    saturating to the quantized type's range. MatMulInteger / QLinearMatMul -> a float32 MatMul of
-    the operands less their zero points (exact: see ops/quantize.EXACT_PRODUCT_TERMS), cast to int32
-    or requantized (``Requantize``, in float64). A MaxPool of 8-bit integers -> the MaxPool of their
+    saturating to the quantized type's range. MatMulInteger / QLinearMatMul and ConvInteger /
+    QLinearConv -> float32 MatMuls (Convs) of the operands less their zero points, exact in pieces
+    of the summed axis (``exact_product``, ops/quantize.exact_pieces), their int32 value or
+    requantized (``Requantize``, in float64). A MaxPool of 8-bit integers -> the MaxPool of their
     float32 values, cast back."""
     from ..ops.quantize import QUANT_RANGES, QUANTIZED_OPS, exact_pieces, granularity
 
@@ -456,15 +457,15 @@ def _integer_round_trips(graph: Graph) -> Graph:
     g = graph.copy()
     made = {o: n for n in g.nodes for o in n.outputs}
 
-    def whole(v: str) -> bool:  # a float holding a whole number: rounded, plus whole constants
+    def whole(v: str) -> bool:  # a float holding a whole number: rounded, an integer cast, their sums
+        if v in g.consts:
+            return bool(np.all(np.round(g.consts[v]) == g.consts[v]))
         n = made.get(v)
-        if n is None or n.op not in ("Round", "Add"):
+        if n is None:
             return False
-        if n.op == "Round":
-            return True
-        a, b = n.inputs
-        return (whole(a) and b in g.consts and bool(np.all(np.round(g.consts[b]) == g.consts[b]))) or (
-            whole(b) and a in g.consts and bool(np.all(np.round(g.consts[a]) == g.consts[a])))
+        if n.op == "Cast":
+            return g.types[n.inputs[0]].dtype in QUANT_RANGES
+        return n.op == "Round" or (n.op == "Add" and all(whole(i) for i in n.inputs))
 
     changed = False
     for n in g.nodes:
