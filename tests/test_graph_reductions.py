@@ -195,3 +195,28 @@ def test_a_batch_norm_of_statistics_computed_at_run_time(tmp_path) -> None:  # n
     x64 = x.astype(np.float64)
     norm = (x64 - x64.mean(axis=1, keepdims=True)) / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-3)
     np.testing.assert_allclose(y, norm * s[:, None] + b[:, None], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,keepdims,opset",
+                         [("ReduceMax", 0, 18), ("ReduceMin", 1, 18), ("ReduceMax", 1, 13)])
+def test_a_whole_tensor_max_or_min_reduces_by_rows_then_over_them(op: str, keepdims: int, opset: int,
+                                                                   tmp_path) -> None:  # noqa: ANN001
+    """The maximum / minimum of every element of a large tensor (DynamicQuantizeLinear's range) is
+    computed per row of the last axis, then over the rows: exactly the whole's."""
+    from autotune.graph import prepare
+
+    shape = (2, 64, 96)
+    node = helper.make_node(op, ["x"], ["y"], keepdims=keepdims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1] if keepdims else [])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    reductions = [n for n in prepare(model).graph.nodes if n.op == op]
+    assert len(reductions) == 2, reductions
+    module = compile_model(model, verbose=False, cache_dir=str(tmp_path), workers=1)
+    rng = np.random.default_rng(opset + keepdims)
+    for _ in range(3):
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[tuple(rng.integers(0, s) for s in shape)] = 9.0 if op == "ReduceMax" else -9.0
+        (y,) = module.run({"x": x})
+        want = (np.max if op == "ReduceMax" else np.min)(x, keepdims=bool(keepdims))
+        assert y.shape == want.shape and np.array_equal(y, want)

@@ -14,6 +14,7 @@
 - ``lower_losses``       NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss -> the operators they are made of
 - ``lower_quantize``     Quantize/DequantizeLinear, MatMulInteger, QLinearMatMul -> the operators of each
 - ``lower_recurrent``    RNN / GRU / LSTM -> their steps unrolled over the static sequence
+- ``split_whole_reductions`` ReduceMax / ReduceMin of a whole large tensor -> per row, then over the rows
 - ``castlike_to_cast``   CastLike -> Cast to its second operand's type
 - ``split_to_slices``    Split -> one Slice per output
 - ``one_output_per_node`` a kernel node with several outputs -> one node per output
@@ -67,6 +68,7 @@ from .lowering import (
     lower_one_hot,
     lower_quantize,
     lower_recurrent,
+    split_whole_reductions,
 )
 from .rewrite import _add_const, _new_value, remove_identities, scalar
 from .views import sink_views
@@ -99,6 +101,7 @@ __all__ = [
     "scalar",
     "scalar_results_as_views",
     "scatter_to_table",
+    "split_whole_reductions",
     "scales_after_products",
     "merge_sibling_products",
     "simplify_transposes",
@@ -130,6 +133,7 @@ def canonicalize(graph: Graph, layout: str = "NHWC") -> Graph:
     starts from this one graph (``compiler.choose_forms`` makes it once)."""
     g = fold_constants(castlike_to_cast(graph))
     g = remove_identities(lower_recurrent(lower_quantize(lower_losses(lower_one_hot(lower_lrn(g))))))
+    g = split_whole_reductions(g)
     g = split_to_slices(g)
     g = one_output_per_node(g)
     g = scatter_to_table(g)

@@ -447,6 +447,39 @@ def lower_quantize(graph: Graph) -> Graph:
     return _integer_round_trips(_lower_nodes(graph, (*QUANTIZED_OPS, "MaxPool"), lower, integer_pool))
 
 
+def split_whole_reductions(graph: Graph, min_size: int = 4096) -> Graph:
+    """ReduceMax / ReduceMin of every element of a float32 tensor (DynamicQuantizeLinear's range,
+    for one) -> the reduction of each row of its last axis, then over the rows. The rows reduce in
+    parallel and along vectors, where one value's reduction is a single chain; the maximum and
+    minimum of the parts are the whole's, exactly."""
+    from ..ops.reduce import reduce_axes
+
+    def whole(g: Graph, n: Node) -> bool:
+        t = g.types.get(n.inputs[0])
+        consts = [g.consts.get(i) for i in n.inputs]
+        return (t is not None and t.dtype == "float32" and len(t.shape) >= 2 and t.size >= min_size
+                and t.shape[-1] >= 16 and all(c is not None for c in consts[1:])
+                and reduce_axes(n, len(t.shape), consts) == list(range(len(t.shape))))
+
+    def lower(g: Graph, n: Node, em: _Emitter) -> None:
+        t, y = g.types[n.inputs[0]], n.outputs[0]
+        cols = t.shape[-1]
+        rows = t.size // cols
+
+        def shape(base: str, dims: tuple[int, ...]) -> str:
+            return em.const(base, np.asarray(dims, np.int64))
+
+        flat = em.node("Reshape", [n.inputs[0], shape("rows_shape", (rows, cols))],
+                       TensorType((rows, cols), "float32"), "rows")
+        part = em.node(n.op, [flat, shape("axis1", (1,))], TensorType((rows,), "float32"), "per_row",
+                       {"keepdims": 0})
+        total = em.node(n.op, [part, shape("axis0", (0,))], TensorType((), "float32"), "total",
+                        {"keepdims": 0})
+        em.node("Reshape", [total, shape("out_shape", g.types[y].shape)], g.types[y], "out", dst=y)
+
+    return _lower_nodes(graph, ("ReduceMax", "ReduceMin"), lower, whole)
+
+
 def _integer_round_trips(graph: Graph) -> Graph:
     """A quantize-dequantize pair (what a QDQ model has around each operator) lowers to
     ``Cast(float32, Cast(int, Clip(Round(x) [+ zp], lo, hi)))``: the clipped value is already a
