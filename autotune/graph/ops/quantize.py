@@ -259,15 +259,13 @@ class _QLinearConv:
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-        x, x_s, x_zp, w, w_s, w_zp, y_s = (None if v is None else np.asarray(v) for v in xs[:7])
-        y_zp = np.asarray(xs[7]) if len(xs) > 7 and xs[7] is not None else None
+        x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = _qlinear_operands(xs)
         rank = w.ndim - 1
         acc = _conv_np(node, _centred(x, x_zp), _centred(w, _per_channel(w_zp, w.ndim)))
         if len(xs) > 8 and xs[8] is not None:
             acc = acc + _per_channel(np.asarray(xs[8]), rank).astype(np.int64)
         m = x_s * _per_channel(w_s, rank) / y_s
         return [requantize_np(acc, m, y_zp, (y_zp if y_zp is not None else x).dtype)]
-
 
 
 class _MatMulInteger:
@@ -279,6 +277,12 @@ class _MatMulInteger:
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
         zp = [np.asarray(xs[i]) if len(xs) > i and xs[i] is not None else None for i in (2, 3)]
         return [np.matmul(_centred(np.asarray(xs[0]), zp[0]), _centred(np.asarray(xs[1]), zp[1]))]
+
+
+def _qlinear_operands(xs: list[np.ndarray]) -> tuple[np.ndarray | None, ...]:
+    """QLinearMatMul's / QLinearConv's first eight operands as arrays (None where absent): x, its
+    scale and zero point, the weight, its scale and zero point, the output's scale and zero point."""
+    return tuple(np.asarray(xs[i]) if len(xs) > i and xs[i] is not None else None for i in range(8))
 
 
 def _requantized(node: Node, types: Types, consts: Consts, shape: tuple[int, ...]) -> TensorType:
@@ -302,8 +306,7 @@ class _QLinearMatMul:
 
     @staticmethod
     def numpy(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-        a, a_s, a_zp, b, b_s, b_zp, y_s = (None if v is None else np.asarray(v) for v in xs[:7])
-        y_zp = np.asarray(xs[7]) if len(xs) > 7 and xs[7] is not None else None
+        a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = _qlinear_operands(xs)
         c = np.matmul(_centred(a, a_zp), _centred(b, b_zp))
         out = (y_zp if y_zp is not None else a).dtype
         return [requantize_np(c, a_s * b_s / y_s, y_zp, out)]
